@@ -1,0 +1,205 @@
+"""`attribution`: diagnose attempts, manage the rules pack.
+
+Exit codes: 0 diagnosed / ok, 2 bad input (one-line reason on stderr), 1 internal error.
+Prefect is imported only when a command runs the Prefect flow (not for --inline or rules).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class BadInput(Exception):
+    pass
+
+
+def _prefect_env() -> None:
+    """Embedded default: an ephemeral Prefect server under a private PREFECT_HOME, quiet and offline."""
+    os.environ.setdefault("PREFECT_HOME", os.path.join(os.path.expanduser("~"), ".cache", "workload-attribution", "prefect"))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+    os.environ.setdefault("PREFECT_TASKS_DEFAULT_NO_CACHE", "true")
+
+
+def _summary(d) -> str:
+    lines = [f"{d.attempt.cluster}/{d.attempt.scheduler} job {d.attempt.job_id} attempt {d.attempt.attempt}: "
+             f"{d.terminal_state} / {d.sub_domain}  (confidence {d.confidence})"]
+    if d.root_cause:
+        rc = d.root_cause
+        lines.append(f"  root cause : {rc.title}")
+        lines.append(f"               node={rc.node or '-'} component={rc.component or '-'} "
+                     f"first_seen={rc.first_seen.isoformat() if rc.first_seen else '-'}")
+        ev = {e.id: e for e in d.evidence}
+        for eid in rc.evidence[:3]:
+            lines.append(f"               {ev[eid].ref}: {ev[eid].text[:160]}")
+    lines.append(f"  affected   : {', '.join(d.affected_nodes) or 'none'}   action: {d.recommended_action}")
+    for c in d.candidates:
+        lines.append(f"  candidate  : {c.symptom} on {c.node} at {c.first_seen}")
+    demoted = [s for s in d.symptoms if s.role == "cascade"]
+    if demoted:
+        lines.append(f"  cascade    : {sum(s.count for s in demoted)} line(s) in {len(demoted)} symptom group(s), e.g. "
+                     + ", ".join(sorted({s.symptom for s in demoted})[:5]))
+    lines.append("  coverage   : " + "  ".join(f"{c.source}={c.status.value}" for c in d.coverage))
+    lines.append(f"  explanation: {d.explanation}")
+    lines.append(f"  rules {d.rules.version}: {len(d.rules.fired)} fired"
+                 + (f", {len(d.rules.failed)} FAILED: {', '.join(f['rule'] for f in d.rules.failed)}" if d.rules.failed else ""))
+    return "\n".join(lines)
+
+
+def cmd_diagnose(args) -> int:
+    from attribution.config import load_config
+    from connectors.bundle import BundleError
+    from rules.engine import Settings
+    from rules.pack import RuleFileError, default_pack, load_pack
+
+    try:
+        cfg = load_config(args.config, warehouse=args.warehouse, rules_dir=args.rules_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        raise BadInput(str(exc).splitlines()[0]) from None
+    warehouse = None if args.no_warehouse else cfg.warehouse
+    try:
+        pack = load_pack(cfg.rules_dir) if cfg.rules_dir else default_pack()
+    except RuleFileError as exc:
+        raise BadInput(str(exc)) from None
+    settings = Settings(**cfg.rules.model_dump())
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    elif len(args.bundles) > 1 and args.json:
+        raise BadInput("several bundles with --json need --out DIR (one JSON file per bundle)")
+    for b in args.bundles:
+        if not Path(b).is_dir():
+            raise BadInput(f"{b}: no such bundle directory")
+
+    run = None
+    if args.inline:
+        from flows.inline import attribute_inline
+        from flows.pipeline import Request
+
+        def run(bundle: str):
+            return attribute_inline(Request(bundle=bundle, warehouse=warehouse, settings=settings), pack)
+    else:
+        _prefect_env()
+        from attribution.models import Diagnosis
+        from flows.attempt import attribute_attempt
+
+        def run(bundle: str):
+            doc = attribute_attempt(bundle=bundle, warehouse=warehouse, rules_dir=cfg.rules_dir,
+                                    settings=settings.__dict__)
+            return Diagnosis.model_validate(doc)
+
+    status = EXIT_OK
+    total = len(args.bundles)
+    for i, bundle in enumerate(args.bundles, 1):
+        started = time.monotonic()
+        try:
+            d = run(bundle)
+        except BundleError as exc:
+            print(f"attribution: {exc}", file=sys.stderr)
+            status = EXIT_BAD_INPUT
+            continue
+        if args.out:
+            name = Path(bundle).resolve().name
+            (Path(args.out) / f"{name}.json").write_text(d.to_json())
+            if total > 1 or not args.json:
+                print(f"[{i}/{total}] {name}: {d.terminal_state}/{d.sub_domain} "
+                      f"affected={','.join(d.affected_nodes) or '-'} ({time.monotonic() - started:.1f}s)",
+                      file=sys.stderr)
+        if args.json and not args.out:
+            print(d.to_json())
+        elif not args.out:
+            print(_summary(d))
+    return status
+
+
+def cmd_rules(args) -> int:
+    from rules.pack import RULES_DIR, load_pack, validate_pack
+    from rules.testing import run_tests
+
+    rules_dir = args.rules_dir or RULES_DIR
+    pack, errors = validate_pack(rules_dir)
+    if errors:
+        for e in errors:
+            print(f"INVALID {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.action == "validate":
+        print(f"rules pack {pack.version}: {len(pack.rules)} rule(s) valid")
+        return EXIT_OK
+    if args.action == "list":
+        if args.json:
+            print(json.dumps([{"id": r.id, "version": r.version, "phase": r.phase, "output": r.output,
+                               "sources": r.sources, "description": r.description.strip(),
+                               "tests": len(r.tests), "path": r.path} for r in pack.rules], indent=2))
+        else:
+            print(f"rules pack {pack.version}")
+            for phase in ("extract", "early", "final", "report"):
+                for r in pack.by_phase(phase):
+                    print(f"  {phase:8} {r.id:32} v{r.version:<3} {r.output:11} {len(r.tests)} test(s)")
+        return EXIT_OK
+    results = run_tests(load_pack(rules_dir), only=args.rule)
+    failed = [r for r in results if not r.ok]
+    for r in results:
+        if not r.ok or args.verbose:
+            print(f"{'PASS' if r.ok else 'FAIL'} {r.rule} :: {r.case}" + (f"\n     {r.message}" if r.message else ""))
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return EXIT_OK if not failed else EXIT_INTERNAL
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="attribution", description=(
+        "Why did this GPU training attempt die, and whom should we isolate? "
+        "Scopes an attempt, collects its evidence, runs versioned rules and writes a diagnosis."))
+    p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("diagnose", help="diagnose attempt bundle(s)", description=(
+        "Diagnose one or more attempt bundles (see README: bundle format). By default runs the Prefect flow "
+        "with an embedded ephemeral server and stores each diagnosis in the local warehouse."))
+    d.add_argument("bundles", nargs="+", metavar="BUNDLE", help="attempt bundle directory")
+    d.add_argument("--json", action="store_true", help="print the diagnosis JSON instead of the summary")
+    d.add_argument("--out", metavar="DIR", help="write DIR/<bundle-name>.json for each bundle")
+    d.add_argument("--inline", action="store_true", help="run the same steps without Prefect (fast, local)")
+    d.add_argument("--warehouse", metavar="PATH", help="warehouse DuckDB file (default from config)")
+    d.add_argument("--no-warehouse", action="store_true", help="do not store the diagnosis")
+    d.add_argument("--config", metavar="FILE", help="YAML config file (default ./attribution.yaml)")
+    d.add_argument("--rules-dir", metavar="DIR", help="use another rules pack")
+    d.set_defaults(func=cmd_diagnose)
+
+    r = sub.add_parser("rules", help="list, validate or test the rules pack")
+    r.add_argument("action", choices=["list", "validate", "test"])
+    r.add_argument("--rules-dir", metavar="DIR", help="rules pack directory (default: the shipped pack)")
+    r.add_argument("--rule", metavar="ID", help="test only this rule")
+    r.add_argument("--json", action="store_true", help="list as JSON")
+    r.add_argument("-v", "--verbose", action="store_true", help="show passing test cases too")
+    r.set_defaults(func=cmd_rules)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BadInput as exc:
+        print(f"attribution: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"attribution: internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+              " (run with --debug for the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Configuration: defaults < YAML file < environment (ATTRIBUTION_*) < command-line flags.
+
+    # attribution.yaml
+    warehouse: /var/lib/attribution/warehouse.duckdb
+    rules:
+      skew_tolerance_s: 30
+      default_collective_timeout_s: 600
+
+Environment: ATTRIBUTION_WAREHOUSE, ATTRIBUTION_RULES_DIR, ATTRIBUTION_RULES__SKEW_TOLERANCE_S ...
+The file is ./attribution.yaml, or the path in ATTRIBUTION_CONFIG / --config.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+
+
+def default_warehouse() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "workload-attribution", "warehouse.duckdb")
+
+
+class RuleSettings(BaseModel):
+    skew_tolerance_s: float = Field(30.0, ge=0, description="clock skew between hosts tolerated when ordering events")
+    default_collective_timeout_s: float = Field(600.0, gt=0, description="NCCL timeout assumed when none is printed")
+    lookback_margin_s: float = Field(120.0, ge=0, description="extra look-back before the first cascade")
+    burst_window_s: float = Field(300.0, ge=0, description="repeats of one symptom within this window are one burst")
+
+
+class Config(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ATTRIBUTION_", env_nested_delimiter="__", extra="forbid")
+
+    warehouse: str = Field(default_factory=default_warehouse)
+    rules_dir: str | None = None
+    rules: RuleSettings = Field(default_factory=RuleSettings)
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = os.environ.get("ATTRIBUTION_CONFIG") or "attribution.yaml"
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if Path(path).is_file():
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return tuple(sources)
+
+
+def load_config(path: str | None = None, **overrides) -> Config:
+    if path:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"config file {path} does not exist")
+        os.environ["ATTRIBUTION_CONFIG"] = path
+    return Config(**{k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,202 @@
+"""Typed contracts at the seams: scope -> observations/coverage -> symptoms -> diagnosis.
+
+Field names of `Diagnosis` and its parts are the contract of ../shared/spec/diagnosis.md
+(documented again in README.md); they may grow, never be renamed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class Contract(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def as_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+class AttemptScope(Contract):
+    """One workload attempt: who ran where, when, and how the scheduler says it ended."""
+
+    cluster: str
+    scheduler: Literal["slurm", "kueue", "static"]
+    job_id: str
+    attempt: int = Field(ge=0)
+    name: str | None = None
+    user: str | None = None
+    nodes: list[str] = Field(min_length=1)
+    gpus_per_node: int | None = Field(default=None, ge=0)
+    start: datetime
+    end: datetime
+    state: str
+    exit_code: str | None = None
+    reason: str | None = None
+    timezone: str = "UTC"
+
+    @field_validator("job_id", "exit_code", mode="before")
+    @classmethod
+    def _stringify(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) else value
+
+    @field_validator("start", "end")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return as_utc(value)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "AttemptScope":
+        if self.end < self.start:
+            raise ValueError(f"end ({self.end.isoformat()}) is before start ({self.start.isoformat()})")
+        if len(set(self.nodes)) != len(self.nodes):
+            raise ValueError("nodes contains duplicates")
+        return self
+
+    @property
+    def key(self) -> str:
+        return f"{self.cluster}:{self.scheduler}:{self.job_id}:{self.attempt}"
+
+
+class CoverageStatus(str, Enum):
+    ok = "ok"
+    empty = "empty"
+    partial = "partial"
+    error = "error"
+    timeout = "timeout"
+    unavailable = "unavailable"
+    skipped = "skipped"
+
+
+class Coverage(Contract):
+    """What one source delivered for this attempt. Every configured source gets one, whatever happened."""
+
+    source: str
+    connector: str
+    status: CoverageStatus
+    observations: int = 0
+    nodes: list[str] = Field(default_factory=list, description="nodes this source delivered data for")
+    unparsed: int = Field(default=0, description="records/lines that could not be read faithfully")
+    files: int = 0
+    error: str | None = None
+    duration_ms: int = 0
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Observation(Contract):
+    """One raw fact as a connector saw it: a log line, a metric sample or a scheduler record."""
+
+    source: str
+    connector: str
+    node: str | None = None
+    time: datetime | None = None
+    text: str
+    path: str | None = None
+    line: int | None = None
+    series: str | None = None
+    value: float | None = None
+    kind: str = "line"
+    attrs: dict[str, Any] = Field(default_factory=dict)
+
+
+Role = Literal["root", "contributing", "cascade", "context"]
+
+
+class Evidence(Contract):
+    id: str
+    source: str
+    node: str | None = None
+    time: datetime | None = None
+    text: str
+    ref: str = Field(description="where the raw line/sample lives: path:line, or series@time")
+    connector: str | None = None
+    path: str | None = None
+    line: int | None = None
+    series: str | None = None
+    time_quality: str | None = Field(default=None, description="own | inherited | none")
+
+
+class Symptom(Contract):
+    symptom: str
+    role: Role
+    title: str | None = None
+    node: str | None = None
+    rank: int | None = None
+    ranks: list[int] = Field(default_factory=list)
+    component: str | None = None
+    first_seen: datetime | None = None
+    last_seen: datetime | None = None
+    count: int = 1
+    demoted_by: str | None = None
+    interesting: bool = False
+    rule: str | None = None
+    evidence: list[str] = Field(default_factory=list)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class RootCause(Contract):
+    symptom: str
+    title: str
+    node: str | None = None
+    component: str | None = None
+    first_seen: datetime | None = None
+    evidence: list[str] = Field(default_factory=list)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Candidate(Contract):
+    symptom: str
+    terminal_state: str
+    sub_domain: str
+    node: str | None = None
+    first_seen: datetime | None = None
+    evidence: list[str] = Field(default_factory=list)
+
+
+class RulesStamp(Contract):
+    version: str
+    fired: list[str] = Field(default_factory=list)
+    failed: list[dict[str, str]] = Field(default_factory=list)
+
+
+class AttemptRef(Contract):
+    cluster: str
+    scheduler: str
+    job_id: str
+    attempt: int
+    nodes: list[str]
+    start: datetime
+    end: datetime
+    state: str
+    exit_code: str | None = None
+    name: str | None = None
+    user: str | None = None
+
+
+class Diagnosis(Contract):
+    diagnosis_id: str
+    attempt: AttemptRef
+    terminal_state: str
+    sub_domain: str
+    confidence: Literal["high", "medium", "low"]
+    root_cause: RootCause | None = None
+    affected_nodes: list[str] = Field(default_factory=list)
+    affected_components: list[str] = Field(default_factory=list)
+    candidates: list[Candidate] = Field(default_factory=list)
+    symptoms: list[Symptom] = Field(default_factory=list)
+    recommended_action: str
+    explanation: str = ""
+    notes: list[str] = Field(default_factory=list)
+    coverage: list[Coverage] = Field(default_factory=list)
+    rules: RulesStamp
+    evidence: list[Evidence] = Field(default_factory=list)
+    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+
+    def to_json(self, **kwargs: Any) -> str:
+        return self.model_dump_json(indent=2, **kwargs)

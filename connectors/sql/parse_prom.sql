@@ -1,0 +1,36 @@
+-- Prometheus text exposition with sample timestamps (ms) -> samples.
+-- {files}: relation (filename, content). $refs: list of bundle-relative names, parallel to $paths.
+-- Host identity comes from the first host-like label present (DCGM exporter: Hostname;
+-- node_exporter: instance without port; others: host / node / hostname).
+CREATE OR REPLACE TEMP TABLE prom_parsed AS
+WITH f AS (
+    SELECT filename, string_split(content, chr(10)) AS l FROM {files}
+), p AS (
+    SELECT filename,
+           len(list_filter(l, x -> trim(x) != '' AND NOT starts_with(ltrim(x), '#'))) AS n_data,
+           list_filter(
+               list_transform(l, (x, i) -> {'n': i, 'm': regexp_extract(rtrim(x, chr(13)),
+                   '^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+(-?\d+))?\s*$',
+                   ['name', 'labels', 'value', 'ts'])}),
+               s -> s.m.name != '') AS parsed
+    FROM f
+), u AS (
+    SELECT filename, n_data, unnest(parsed) AS s FROM p
+)
+SELECT filename, n_data, s.n AS lineno, s.m.name AS metric,
+       map_from_entries(list_zip(
+           regexp_extract_all(s.m.labels, '([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', 1),
+           regexp_extract_all(s.m.labels, '([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', 2))) AS labels,
+       s.m.labels AS label_text,
+       TRY_CAST(s.m.value AS DOUBLE) AS value,
+       CASE WHEN s.m.ts != '' THEN make_timestamp(TRY_CAST(s.m.ts AS BIGINT) * 1000) END AS time
+FROM u;
+
+INSERT INTO samples
+SELECT nextval('obs_seq'), 'metrics', $connector,
+       coalesce(labels['Hostname'], labels['hostname'], split_part(labels['instance'], ':', 1),
+                labels['host'], labels['node'], labels['nodename']),
+       metric, labels, metric || label_text, value, time,
+       r.ref, lineno
+FROM prom_parsed JOIN (SELECT unnest($paths) AS filename, unnest($refs) AS ref) r USING (filename)
+WHERE value IS NOT NULL AND time IS NOT NULL;

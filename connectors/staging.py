@@ -1,0 +1,144 @@
+"""The per-attempt staging database: schema, SQL files, connections and bulk inserts.
+
+Tasks pass the staging *path* around, never a connection: DuckDB shares one database instance
+between connections to the same path in a process, so each task (thread) opens its own.
+A path of the form ':memory:<name>' is a named in-memory database shared within the process.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import duckdb
+
+from attribution.models import AttemptScope, Observation
+
+SQL_DIR = Path(__file__).resolve().parent / "sql"
+
+# Stored text of one observation is cut here (the raw file keeps the whole line; evidence says so).
+MAX_TEXT = 16_384
+# Lines longer than this are counted as 'long' in coverage details.
+LONG_LINE = 1_048_576
+
+
+@lru_cache(maxsize=None)
+def sql(name: str) -> str:
+    return (SQL_DIR / name).read_text()
+
+
+def new_staging_path() -> str:
+    return f":memory:attempt_{uuid.uuid4().hex[:12]}"
+
+
+def connect(path: str) -> duckdb.DuckDBPyConnection:
+    return duckdb.connect(path)
+
+
+# An in-memory database lives while a connection to it is open: one holder per staging path.
+_holders: dict[str, duckdb.DuckDBPyConnection] = {}
+
+
+def release_staging(path: str) -> None:
+    con = _holders.pop(path, None)
+    if con is not None:
+        con.close()
+
+
+def create_staging(scope: AttemptScope, path: str | None = None) -> str:
+    """Create the schema and macros, record the scope; returns the path tasks connect with."""
+    path = path or new_staging_path()
+    _holders[path] = connect(path)
+    con = connect(path)
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute(sql("staging_schema.sql"))
+        con.execute("CREATE SEQUENCE IF NOT EXISTS file_seq START 1")
+        con.execute(sql("log_time_macros.sql"))
+        con.execute(
+            "INSERT INTO attempt VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [scope.cluster, scope.scheduler, scope.job_id, scope.attempt, scope.nodes,
+             naive_utc(scope.start), naive_utc(scope.end), scope.state, scope.exit_code,
+             scope.reason, scope.timezone, scope.gpus_per_node],
+        )
+    finally:
+        con.close()
+    return path
+
+
+def naive_utc(value):
+    """DuckDB TIMESTAMP columns here are UTC without a zone."""
+    if value is None:
+        return None
+    if value.tzinfo is not None:
+        from datetime import timezone
+
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def insert_observations(con: duckdb.DuckDBPyConnection, observations: Sequence[Observation]) -> int:
+    """Bulk-insert structured observations (records or samples) in one statement per table.
+
+    Column lists travel as DuckDB list parameters and are unnested in SQL: one round trip,
+    no per-row executemany (which runs at ~1k rows/s).
+    """
+    records = [o for o in observations if o.kind != "sample"]
+    samples = [o for o in observations if o.kind == "sample"]
+    if records:
+        con.execute(
+            """
+            INSERT INTO records
+            SELECT nextval('obs_seq'), unnest($source), unnest($connector), unnest($node), unnest($kind),
+                   unnest($time), unnest($text), unnest($attrs)::JSON, unnest($path), unnest($line)
+            """,
+            {
+                "source": [o.source for o in records],
+                "connector": [o.connector for o in records],
+                "node": [o.node for o in records],
+                "kind": [o.kind for o in records],
+                "time": [naive_utc(o.time) for o in records],
+                "text": [o.text[:MAX_TEXT] for o in records],
+                "attrs": [json.dumps(o.attrs, default=str) for o in records],
+                "path": [o.path for o in records],
+                "line": [o.line for o in records],
+            },
+        )
+    if samples:
+        con.execute(
+            """
+            INSERT INTO samples
+            SELECT nextval('obs_seq'), unnest($source), unnest($connector), unnest($node),
+                   unnest($metric), NULL, unnest($series), unnest($value), unnest($time), unnest($path), NULL
+            """,
+            {
+                "source": [o.source for o in samples],
+                "connector": [o.connector for o in samples],
+                "node": [o.node for o in samples],
+                "metric": [o.attrs.get("__name__", o.series) for o in samples],
+                "series": [o.series for o in samples],
+                "value": [o.value for o in samples],
+                "time": [naive_utc(o.time) for o in samples],
+                "path": [o.path for o in samples],
+            },
+        )
+    return len(observations)
+
+
+def rows(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> list[dict[str, Any]]:
+    cur = con.execute(query, params) if params is not None else con.execute(query)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def sql_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def contains_any(column: str, literals: Iterable[str]) -> str:
+    """A boolean SQL expression: column contains any of the literals (case-sensitive)."""
+    parts = [f"contains({column}, {sql_literal(lit)})" for lit in sorted(set(literals)) if lit]
+    return " OR ".join(parts) if parts else "false"

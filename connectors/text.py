@@ -1,0 +1,132 @@
+"""Text log files -> staging: DuckDB reads and splits whole files, keeps pre-filtered lines.
+
+Lines are never held in Python lists: DuckDB splits each file and applies the rules' literal
+pre-filter; only matching lines (with their line numbers) are stored. Files that are not valid
+UTF-8 are decoded leniently (invalid bytes become U+FFFD and are counted), never dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from connectors.staging import LONG_LINE, MAX_TEXT, contains_any, sql
+
+# How many earlier lines a continuation line may look back for a timestamp.
+CONTEXT_LINES = 48
+# Bytes per read_text batch: bounds memory when an attempt has thousands of large files.
+BATCH_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TextFile:
+    path: Path          # where to read it
+    ref: str            # how evidence names it (path relative to the bundle)
+    node: str | None
+
+
+@dataclass
+class ScanStats:
+    files: int = 0
+    lines: int = 0
+    hits: int = 0
+    bad_lines: int = 0
+    long_lines: int = 0
+    nodes: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+
+
+def read_lenient(path: Path) -> tuple[str, int]:
+    """Decode a file that is not valid UTF-8; returns (text, number of lines with bad bytes)."""
+    data = path.read_bytes().replace(b"\x00", b"\xef\xbf\xbd")
+    text = data.decode("utf-8", errors="replace")
+    bad = sum(1 for line in text.split("\n") if "\ufffd" in line) if "\ufffd" in text else 0
+    return text, bad
+
+
+def scan_files(con: duckdb.DuckDBPyConnection, files: list[TextFile], source: str, connector: str,
+               prefilter: list[str]) -> ScanStats:
+    stats = ScanStats()
+    predicate = contains_any("x", prefilter)
+    batch: list[TextFile] = []
+    size = 0
+    for f in files:
+        batch.append(f)
+        size += f.path.stat().st_size
+        if size >= BATCH_BYTES:
+            _scan_batch(con, batch, source, connector, predicate, stats)
+            batch, size = [], 0
+    if batch:
+        _scan_batch(con, batch, source, connector, predicate, stats)
+    return stats
+
+
+def _scan_batch(con, batch: list[TextFile], source: str, connector: str, predicate: str, stats: ScanStats) -> None:
+    query = sql("scan_text.sql").format(files="read_text($paths)", prefilter=predicate, max_line=LONG_LINE)
+    try:
+        results = con.execute(query, {"paths": [str(f.path) for f in batch]}).fetchall()
+        by_name = {r[0]: r for r in results}
+        for f in batch:
+            _store(con, f, by_name[str(f.path)], 0, source, connector, stats)
+        return
+    except duckdb.InvalidInputException:
+        pass  # some file is not valid UTF-8: read one by one, leniently where needed
+    for f in batch:
+        try:
+            row = con.execute(query, {"paths": [str(f.path)]}).fetchone()
+            bad = 0
+        except duckdb.InvalidInputException:
+            text, bad = read_lenient(f.path)
+            lenient = sql("scan_text.sql").format(
+                files="(SELECT $name AS filename, $content AS content)", prefilter=predicate, max_line=LONG_LINE)
+            row = con.execute(lenient, {"name": str(f.path), "content": text}).fetchone()
+        _store(con, f, row, bad, source, connector, stats)
+
+
+def _store(con, f: TextFile, row, bad: int, source: str, connector: str, stats: ScanStats) -> None:
+    _, n_lines, n_long, tail, hit_lineno, hit_line = row
+    file_id = con.execute("SELECT nextval('file_seq')").fetchone()[0]
+    con.execute(
+        "INSERT INTO source_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [file_id, source, connector, f.node, f.ref, n_lines, bad, n_long, tail],
+    )
+    if hit_lineno:
+        con.execute(
+            "INSERT INTO raw_lines SELECT $fid, unnest($n), unnest($l), NULL, NULL",
+            {"fid": file_id, "n": hit_lineno, "l": hit_line},
+        )
+    stats.files += 1
+    stats.lines += n_lines
+    stats.hits += len(hit_lineno or [])
+    stats.bad_lines += bad
+    stats.long_lines += n_long
+    if f.node and n_lines:
+        stats.nodes.add(f.node)
+
+
+def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref, files_by_ref: dict[str, Path]) -> None:
+    """raw_lines -> log_lines, then inherit times for continuation lines from their file."""
+    con.execute(sql("normalize_lines.sql").format(max_text=MAX_TEXT), {"tz": tz, "ref": ref})
+    needing = con.execute(
+        "SELECT path, list(lineno ORDER BY lineno) FROM log_lines "
+        "WHERE time_quality = 'none' AND path IS NOT NULL GROUP BY path"
+    ).fetchall()
+    contexts: list[tuple[str, int, list[str]]] = []
+    for ref_path, linenos in needing:
+        real = files_by_ref.get(ref_path)
+        if real is None:
+            continue
+        lines = read_lenient(real)[0].split("\n")
+        for n in linenos:
+            ctx = [x.rstrip("\r")[:MAX_TEXT] for x in lines[max(0, n - 1 - CONTEXT_LINES): n - 1]]
+            contexts.append((ref_path, n, ctx))
+    if not contexts:
+        return
+    con.execute("CREATE OR REPLACE TEMP TABLE line_context (path VARCHAR, lineno BIGINT, ctx VARCHAR[])")
+    con.execute(
+        "INSERT INTO line_context SELECT unnest($p), unnest($n), unnest($c)",
+        {"p": [c[0] for c in contexts], "n": [c[1] for c in contexts], "c": [c[2] for c in contexts]},
+    )
+    con.execute(sql("inherit_time.sql"), {"tz": tz, "ref": ref})

@@ -1,0 +1,219 @@
+"""The rule engine: run the pack's phases over an attempt's staging database.
+
+extract  -> events from observations (SQL over log_lines / samples / records)
+early    -> annotations on events (catalog facts, decodes, address -> host mapping)
+final    -> verdict candidates, then roles (root, cascade with demoted_by, context)
+report   -> the Diagnosis (rules/report.py)
+
+A rule that fails (bad SQL at run time, Python error) is recorded with its id and the rest of the
+pack still runs; the diagnosis lists the failed rules.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from rules.pack import Pack, Rule
+
+ENGINE_SQL = Path(__file__).resolve().parent / "engine.sql"
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+EVENT_COLUMNS = ("symptom", "obs_id", "source", "node", "time", "rank", "component", "peer_node", "attrs",
+                 "title", "role_hint", "terminal_state", "sub_domain", "action", "interesting", "blame")
+ANNOTATION_COLUMNS = tuple(c for c in EVENT_COLUMNS if c not in ("obs_id",))
+
+
+@dataclass
+class Settings:
+    skew_tolerance_s: float = 30.0
+    default_collective_timeout_s: float = 600.0
+    lookback_margin_s: float = 120.0
+    burst_window_s: float = 300.0
+
+
+@dataclass
+class RunResult:
+    fired: list[str] = field(default_factory=list)
+    failed: list[dict[str, str]] = field(default_factory=list)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+class RuleRuntimeError(Exception):
+    pass
+
+
+def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> None:
+    con.execute(ENGINE_SQL.read_text())
+    con.execute("DELETE FROM settings")
+    con.execute("INSERT INTO settings VALUES (?, ?, ?, ?)",
+                [settings.skew_tolerance_s, settings.default_collective_timeout_s,
+                 settings.lookback_margin_s, settings.burst_window_s])
+    con.execute(f"CREATE OR REPLACE TABLE xid_catalog AS SELECT * FROM read_csv('{DATA_DIR / 'xid_catalog.csv'}', header=true, all_varchar=false)")
+    con.execute(f"CREATE OR REPLACE TABLE nvlink5_decode AS SELECT * FROM read_csv('{DATA_DIR / 'nvlink5_decode.csv'}', header=true, all_varchar=true)")
+    defs = pack.symptom_defs
+    con.execute("DELETE FROM symptom_defs")
+    if defs:
+        con.execute(
+            "INSERT INTO symptom_defs SELECT unnest($s), unnest($r), unnest($t), unnest($role), unnest($ts), "
+            "unnest($sd), unnest($a), unnest($i), unnest($b)",
+            {"s": list(defs), "r": [v[0] for v in defs.values()], "t": [v[1].title for v in defs.values()],
+             "role": [v[1].role for v in defs.values()], "ts": [v[1].terminal_state for v in defs.values()],
+             "sd": [v[1].sub_domain for v in defs.values()], "a": [v[1].action for v in defs.values()],
+             "i": [v[1].interesting for v in defs.values()], "b": [v[1].blame for v in defs.values()]},
+        )
+
+
+def _rule_output(con: duckdb.DuckDBPyConnection, rule: Rule, settings: Settings) -> None:
+    """Materialise the rule's result as temp table rule_out."""
+    if rule.sql:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE rule_out AS {rule.sql}")
+        return
+    module_name, func_name = rule.python.split(":")
+    func = getattr(importlib.import_module(module_name), func_name)
+    rows: list[dict[str, Any]] = func(con, settings) or []
+    con.execute("DROP TABLE IF EXISTS rule_out")
+    if not rows:
+        con.execute("CREATE TEMP TABLE rule_out AS SELECT NULL::BIGINT AS event_id WHERE false")
+        return
+    payload = json.dumps(rows, default=str)
+    con.execute("CREATE TEMP TABLE rule_out AS SELECT unnest(from_json($p::JSON, $shape), recursive := true)",
+                {"p": payload, "shape": json.dumps([_json_shape(rows)])})
+
+
+def _json_shape(rows: list[dict[str, Any]]) -> dict[str, str]:
+    shape: dict[str, str] = {}
+    for row in rows:
+        for k, v in row.items():
+            if k in shape and shape[k] != "NULL":
+                continue
+            if k == "attrs" or isinstance(v, (dict, list)):
+                shape[k] = "JSON"
+            elif isinstance(v, bool):
+                shape[k] = "BOOLEAN"
+            elif isinstance(v, int) and k.endswith("_id"):
+                shape[k] = "BIGINT"
+            elif isinstance(v, (int, float)):
+                shape[k] = "DOUBLE"
+            elif v is None:
+                shape.setdefault(k, "VARCHAR")
+            else:
+                shape[k] = "VARCHAR"
+    return shape
+
+
+def _columns(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [r[0] for r in con.execute("DESCRIBE rule_out").fetchall()]
+
+
+def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
+    cols = _columns(con)
+    n = con.execute("SELECT count(*) FROM rule_out").fetchone()[0]
+    if rule.output == "events":
+        missing = {"obs_id", "symptom"} - set(cols)
+        if missing:
+            raise RuleRuntimeError(f"events output lacks column(s) {sorted(missing)}")
+        unknown = set(cols) - set(EVENT_COLUMNS)
+        if unknown:
+            raise RuleRuntimeError(f"events output has unknown column(s) {sorted(unknown)}")
+        select = ", ".join(f"o.{c}" for c in cols)
+        con.execute(f"""
+            INSERT INTO events BY NAME
+            SELECT nextval('event_seq') AS event_id, $rule AS rule_id, {select} FROM rule_out o
+        """, {"rule": rule.id})
+        # Whatever the rule did not say, the observation does.
+        con.execute("""
+            UPDATE events SET node = coalesce(events.node, o.node), time = coalesce(events.time, o.time),
+                              rank = coalesce(events.rank, o.rank), source = coalesce(events.source, o.source)
+            FROM observations o WHERE o.obs_id = events.obs_id AND events.rule_id = $rule
+        """, {"rule": rule.id})
+    elif rule.output == "annotations":
+        if "event_id" not in cols:
+            raise RuleRuntimeError("annotations output needs an event_id column")
+        sets = []
+        for c in cols:
+            if c == "event_id":
+                continue
+            if c not in ANNOTATION_COLUMNS:
+                raise RuleRuntimeError(f"annotations output has unknown column {c!r}")
+            if c == "attrs":
+                sets.append("attrs = json_merge_patch(coalesce(events.attrs, '{}'), coalesce(a.attrs::JSON, '{}'))")
+            else:
+                sets.append(f"{c} = coalesce(a.{c}, events.{c})")
+        if sets:
+            con.execute(f"UPDATE events SET {', '.join(sets)} FROM rule_out a WHERE a.event_id = events.event_id")
+    elif rule.output == "verdicts":
+        required = {"terminal_state", "sub_domain", "priority"}
+        if required - set(cols):
+            raise RuleRuntimeError(f"verdicts output lacks column(s) {sorted(required - set(cols))}")
+        select = ", ".join(f"o.{c}" for c in cols)
+        con.execute(f"INSERT INTO verdicts BY NAME SELECT $rule AS rule_id, {select} FROM rule_out o", {"rule": rule.id})
+    elif rule.output == "roles":
+        if not {"event_id", "role"} <= set(cols):
+            raise RuleRuntimeError("roles output needs event_id and role columns")
+        demoted = "coalesce(r.demoted_by, $rule)" if "demoted_by" in cols else "CASE WHEN r.role = 'cascade' THEN $rule END"
+        interesting = "coalesce(r.interesting, events.interesting)" if "interesting" in cols else "events.interesting"
+        con.execute(f"""
+            UPDATE events SET role = r.role,
+                              demoted_by = CASE WHEN r.role = 'cascade' THEN {demoted} END,
+                              interesting = {interesting}
+            FROM rule_out r WHERE r.event_id = events.event_id AND events.role IS NULL
+        """, {"rule": rule.id})
+    return n
+
+
+def run_rule(con: duckdb.DuckDBPyConnection, rule: Rule, settings: Settings, result: RunResult) -> None:
+    started = time.perf_counter()
+    try:
+        con.execute("BEGIN TRANSACTION")
+        _rule_output(con, rule, settings)
+        n = _apply(con, rule)
+        con.execute("COMMIT")
+        if n:
+            result.fired.append(rule.id)
+    except Exception as exc:  # one broken rule never stops the diagnosis
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        result.failed.append({"rule": rule.id, "error": str(exc).splitlines()[0][:300]})
+    finally:
+        result.timings_ms[rule.id] = round((time.perf_counter() - started) * 1000, 2)
+
+
+def choose_verdict(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("DELETE FROM verdict")
+    con.execute("INSERT INTO verdict SELECT * FROM verdicts ORDER BY priority DESC, rule_id LIMIT 1")
+
+
+def run_phases(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings | None = None) -> RunResult:
+    settings = settings or Settings()
+    result = RunResult()
+    prepare(con, pack, settings)
+    for rule in pack.by_phase("extract"):
+        run_rule(con, rule, settings, result)
+    # Symptom definitions give every event its default meaning before early rules refine it.
+    con.execute("""
+        UPDATE events SET title = coalesce(events.title, d.title), role_hint = coalesce(events.role_hint, d.role),
+            terminal_state = coalesce(events.terminal_state, d.terminal_state),
+            sub_domain = coalesce(events.sub_domain, d.sub_domain), action = coalesce(events.action, d.action),
+            interesting = coalesce(events.interesting, d.interesting), blame = coalesce(events.blame, d.blame)
+        FROM symptom_defs d WHERE d.symptom = events.symptom
+    """)
+    for rule in pack.by_phase("early"):
+        run_rule(con, rule, settings, result)
+    final = pack.by_phase("final")
+    for rule in (r for r in final if r.output != "roles"):
+        run_rule(con, rule, settings, result)
+    choose_verdict(con)
+    for rule in (r for r in final if r.output == "roles"):
+        run_rule(con, rule, settings, result)
+    for rule in pack.by_phase("report"):
+        run_rule(con, rule, settings, result)
+    return result

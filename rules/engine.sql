@@ -1,0 +1,87 @@
+-- Tables the rule engine adds to an attempt's staging database.
+
+CREATE SEQUENCE IF NOT EXISTS event_seq START 1;
+
+-- One symptom instance: what a rule recognised in one observation.
+CREATE TABLE IF NOT EXISTS events (
+    event_id BIGINT, rule_id VARCHAR, symptom VARCHAR, obs_id BIGINT, source VARCHAR,
+    node VARCHAR, time TIMESTAMP, rank INTEGER, component VARCHAR, peer_node VARCHAR, attrs JSON,
+    -- semantics, from symptom definitions and early-phase annotations
+    title VARCHAR, role_hint VARCHAR, terminal_state VARCHAR, sub_domain VARCHAR, action VARCHAR,
+    interesting BOOLEAN, blame VARCHAR,
+    -- final-phase outcome
+    role VARCHAR, demoted_by VARCHAR
+);
+
+-- Candidate verdicts from final-phase rules; the highest priority wins.
+CREATE TABLE IF NOT EXISTS verdicts (
+    rule_id VARCHAR, terminal_state VARCHAR, sub_domain VARCHAR, confidence VARCHAR, priority INTEGER,
+    root_event_id BIGINT, blamed_nodes VARCHAR[], components VARCHAR[], candidate_event_ids BIGINT[],
+    action VARCHAR, reason VARCHAR
+);
+CREATE TABLE IF NOT EXISTS verdict AS SELECT * FROM verdicts WHERE false;
+
+CREATE TABLE IF NOT EXISTS symptom_defs (
+    symptom VARCHAR, rule_id VARCHAR, title VARCHAR, role VARCHAR, terminal_state VARCHAR,
+    sub_domain VARCHAR, action VARCHAR, interesting BOOLEAN, blame VARCHAR
+);
+
+CREATE TABLE IF NOT EXISTS coverage (
+    source VARCHAR, connector VARCHAR, status VARCHAR, observations BIGINT, nodes VARCHAR[],
+    unparsed BIGINT, error VARCHAR
+);
+
+CREATE TABLE IF NOT EXISTS settings (
+    skew_tolerance_s DOUBLE, default_collective_timeout_s DOUBLE, lookback_margin_s DOUBLE,
+    burst_window_s DOUBLE
+);
+
+-- Every observation, whatever its kind, with what evidence needs.
+CREATE OR REPLACE VIEW observations AS
+    SELECT obs_id, source, connector, node, time, rank, text, path, lineno, NULL AS series, 'line' AS kind
+    FROM log_lines
+    UNION ALL
+    SELECT obs_id, source, connector, node, time, NULL, series || ' ' || value, path, lineno, series, 'sample'
+    FROM samples
+    UNION ALL
+    SELECT obs_id, source, connector, node, time, NULL, text, path, lineno, NULL, kind
+    FROM records;
+
+-- When did the attempt start failing, and how far back may its root lie?
+-- failure_time: the first cascade symptom (collective timeout, NCCL error ...) or the attempt's end.
+-- lookback: the collective timeout printed by the watchdog (else the configured default) + margin.
+CREATE OR REPLACE VIEW failure_window AS
+WITH a AS (SELECT * FROM attempt), s AS (SELECT * FROM settings),
+c AS (
+    SELECT min(e.time) AS first_cascade,
+           max(TRY_CAST(json_extract_string(e.attrs, '$.timeout_ms') AS DOUBLE)) / 1000.0 AS timeout_s
+    FROM events e, a
+    WHERE e.role_hint = 'cascade' AND e.time IS NOT NULL
+      AND e.time >= a.start_time - to_seconds((SELECT skew_tolerance_s FROM s))
+      AND e.time <= a.end_time + to_seconds((SELECT skew_tolerance_s FROM s))
+)
+SELECT a.start_time, a.end_time,
+       least(coalesce(c.first_cascade, a.end_time), a.end_time) AS failure_time,
+       coalesce(c.timeout_s, s.default_collective_timeout_s) + s.lookback_margin_s AS lookback_s,
+       greatest(a.start_time,
+                least(coalesce(c.first_cascade, a.end_time), a.end_time)
+                - to_seconds(coalesce(c.timeout_s, s.default_collective_timeout_s) + s.lookback_margin_s)) AS window_start,
+       a.end_time + to_seconds(s.skew_tolerance_s) AS window_end,
+       s.skew_tolerance_s, s.burst_window_s
+FROM a, s, c;
+
+-- The scheduler's own final word on the attempt: sacct beats Kueue beats attempt.yaml.
+CREATE OR REPLACE VIEW scheduler_final AS
+SELECT event_id, source, upper(json_extract_string(attrs, '$.state')) AS state, attrs
+FROM events WHERE symptom = 'scheduler_state'
+ORDER BY CASE source WHEN 'sacct' THEN 0 WHEN 'kueue' THEN 1 ELSE 2 END, event_id
+LIMIT 1;
+
+-- Root candidates that may explain this attempt: inside the failure window, never before the
+-- attempt started (earlier events are context of this attempt, not its root).
+CREATE OR REPLACE VIEW root_candidates AS
+SELECT e.* FROM events e, failure_window w
+WHERE e.role_hint = 'root_candidate' AND e.time IS NOT NULL
+  AND e.time >= w.window_start - to_seconds(w.skew_tolerance_s)
+  AND e.time >= w.start_time
+  AND e.time <= w.window_end;

@@ -1,0 +1,186 @@
+"""Rule files: schema, loading and validation. Rules are data; see rules/README section in README.md.
+
+A rule is a YAML file under rules/<phase>/ with an id, a version, a phase, a description, what it
+outputs, the SQL (or a Python function for what SQL cannot express) and test cases beside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+RULES_DIR = Path(__file__).resolve().parent
+PHASES = ("extract", "early", "final", "report")
+OUTPUTS = ("events", "annotations", "verdicts", "roles")
+ROLE_HINTS = ("root_candidate", "cascade", "context", "benign", "fact", "scheduler")
+
+
+class RuleFileError(Exception):
+    """A rule file is broken. The message names the file, the rule and the field."""
+
+    def __init__(self, path: Path | str, rule: str | None, field: str, message: str):
+        self.path, self.rule, self.field = str(path), rule, field
+        super().__init__(f"{path}: rule {rule or '?'}: field '{field}': {message}")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SymptomDef(Strict):
+    """What a symptom means when it is seen: its role by default and, as a root, the verdict."""
+
+    title: str
+    role: Literal["root_candidate", "cascade", "context", "benign", "fact", "scheduler"]
+    terminal_state: str | None = None
+    sub_domain: str | None = None
+    action: str | None = None
+    interesting: bool = False
+    blame: Literal["node", "peer", "none"] = "none"
+
+
+class RuleTest(Strict):
+    name: str
+    attempt: dict[str, Any] = Field(default_factory=dict)
+    lines: list[dict[str, Any]] = Field(default_factory=list)
+    records: list[dict[str, Any]] = Field(default_factory=list)
+    samples: list[dict[str, Any]] = Field(default_factory=list)
+    coverage: list[dict[str, Any]] = Field(default_factory=list)
+    events: list[dict[str, Any]] = Field(default_factory=list, description="pre-existing events (later phases)")
+    verdict_root: int | None = Field(default=None, description="roles rules: event_id of the chosen root")
+    expect: list[dict[str, Any]] = Field(default_factory=list)
+    expect_count: int | None = None
+
+
+class Rule(Strict):
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    version: int = Field(ge=1)
+    phase: Literal["extract", "early", "final", "report"]
+    description: str = Field(min_length=10)
+    output: Literal["events", "annotations", "verdicts", "roles"]
+    sources: list[str] = Field(default_factory=list)
+    prefilter: list[str] = Field(default_factory=list)
+    order: int = 100
+    labels: dict[str, str] = Field(default_factory=dict)
+    symptoms: dict[str, SymptomDef] = Field(default_factory=dict)
+    sql: str | None = None
+    python: str | None = Field(default=None, pattern=r"^[a-zA-Z_][\w.]*:[a-zA-Z_]\w*$")
+    tests: list[RuleTest] = Field(min_length=1)
+    path: str = ""
+
+    @field_validator("prefilter")
+    @classmethod
+    def _non_empty_literals(cls, value: list[str]) -> list[str]:
+        if any(not v for v in value):
+            raise ValueError("pre-filter literals must be non-empty strings")
+        return value
+
+    @model_validator(mode="after")
+    def _one_body(self) -> "Rule":
+        if bool(self.sql) == bool(self.python):
+            raise ValueError("exactly one of 'sql' or 'python' is required")
+        text_sources = {"app", "syslog", "fabricmanager", "scheduler_log"}
+        if self.phase == "extract" and set(self.sources) & text_sources and not self.prefilter:
+            raise ValueError("extract rules reading log sources need a 'prefilter' (literal strings)")
+        return self
+
+
+class Pack(BaseModel):
+    version: str
+    rules: list[Rule]
+
+    @property
+    def symptom_defs(self) -> dict[str, tuple[str, SymptomDef]]:
+        out: dict[str, tuple[str, SymptomDef]] = {}
+        for r in self.rules:
+            for name, d in r.symptoms.items():
+                out[name] = (r.id, d)
+        return out
+
+    def prefilter(self, source: str) -> list[str]:
+        lits: set[str] = set()
+        for r in self.rules:
+            if r.phase == "extract" and source in r.sources:
+                lits.update(r.prefilter)
+        return sorted(lits)
+
+    def by_phase(self, phase: str) -> list[Rule]:
+        return sorted((r for r in self.rules if r.phase == phase), key=lambda r: (r.order, r.id))
+
+
+def _field_of(err: dict[str, Any]) -> str:
+    return ".".join(str(p) for p in err["loc"]) or "rule"
+
+
+def load_rule(path: Path) -> Rule:
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise RuleFileError(path, None, "yaml", f"not valid YAML{f' (line {mark.line + 1})' if mark else ''}: "
+                            f"{getattr(exc, 'problem', exc)}") from None
+    if not isinstance(doc, dict):
+        raise RuleFileError(path, None, "rule", "a rule file is a mapping of fields")
+    rule_id = doc.get("id") if isinstance(doc.get("id"), str) else None
+    try:
+        rule = Rule.model_validate({**doc, "path": str(path)})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise RuleFileError(path, rule_id, _field_of(err), err["msg"]) from None
+    expected_phase = path.parent.name
+    if expected_phase in PHASES and rule.phase != expected_phase:
+        raise RuleFileError(path, rule.id, "phase", f"is '{rule.phase}' but the file lives in rules/{expected_phase}/")
+    if rule.output == "events" and rule.phase != "extract" and not rule.symptoms and rule.sql is None:
+        pass
+    return rule
+
+
+def pack_version(rules_dir: Path, files: list[Path]) -> str:
+    meta = yaml.safe_load((rules_dir / "pack.yaml").read_text()) or {}
+    digest = hashlib.sha256()
+    for f in sorted(files) + sorted((rules_dir / "data").glob("*.csv")):
+        digest.update(f.relative_to(rules_dir).as_posix().encode())
+        digest.update(f.read_bytes())
+    return f"{meta.get('version', '0')}+{digest.hexdigest()[:10]}"
+
+
+def load_pack(rules_dir: Path | None = None) -> Pack:
+    """Load and validate every rule file; the first broken file raises RuleFileError."""
+    rules_dir = Path(rules_dir or RULES_DIR)
+    files = sorted(p for phase in PHASES for p in (rules_dir / phase).glob("*.yaml"))
+    rules = [load_rule(p) for p in files]
+    seen: dict[str, str] = {}
+    for r in rules:
+        if r.id in seen:
+            raise RuleFileError(r.path, r.id, "id", f"duplicate of the rule in {seen[r.id]}")
+        seen[r.id] = r.path
+    return Pack(version=pack_version(rules_dir, files), rules=rules)
+
+
+def validate_pack(rules_dir: Path | None = None) -> tuple[Pack | None, list[RuleFileError]]:
+    """Validate every file (not just the first broken one): for `attribution rules validate`."""
+    rules_dir = Path(rules_dir or RULES_DIR)
+    files = sorted(p for phase in PHASES for p in (rules_dir / phase).glob("*.yaml"))
+    errors: list[RuleFileError] = []
+    rules = []
+    for p in files:
+        try:
+            rules.append(load_rule(p))
+        except RuleFileError as exc:
+            errors.append(exc)
+    if errors:
+        return None, errors
+    try:
+        return load_pack(rules_dir), []
+    except RuleFileError as exc:
+        return None, [exc]
+
+
+@lru_cache(maxsize=4)
+def default_pack() -> Pack:
+    return load_pack(RULES_DIR)

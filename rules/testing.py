@@ -1,0 +1,141 @@
+"""Run the test cases that live beside each rule (`tests:` in the rule file).
+
+Each case builds a fresh staging database from its lines / records / events / coverage, runs the
+rule under test (log lines go through the real prefix and timestamp parser first), and checks
+that every `expect` row matches some output row (`a.b` keys look inside JSON attrs) and, when
+given, that the rule produced exactly `expect_count` rows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from attribution.models import AttemptScope, Observation
+from connectors.staging import connect, create_staging, insert_observations, release_staging
+from connectors.text import normalize
+from rules.engine import RunResult, Settings, prepare, run_rule
+from rules.pack import Pack, Rule, RuleTest
+
+DEFAULT_ATTEMPT = {"cluster": "test", "scheduler": "slurm", "job_id": "1", "attempt": 0,
+                   "start": "2026-01-01T00:00:00Z", "end": "2026-12-31T00:00:00Z", "state": "FAILED"}
+
+
+@dataclass
+class CaseResult:
+    rule: str
+    case: str
+    ok: bool
+    message: str = ""
+
+
+def _scope(case: RuleTest) -> AttemptScope:
+    nodes = sorted({x["node"] for x in case.lines + case.events + case.records if x.get("node")}) or ["n1"]
+    return AttemptScope.model_validate({**DEFAULT_ATTEMPT, "nodes": nodes, **case.attempt})
+
+
+def _load(con, case: RuleTest, scope: AttemptScope) -> None:
+    by_file: dict[tuple[str, str | None], list[str]] = {}
+    for x in case.lines:
+        by_file.setdefault((x["source"], x.get("node")), []).append(x["text"])
+    for (source, node), texts in by_file.items():
+        fid = con.execute("SELECT nextval('file_seq')").fetchone()[0]
+        ref = f"logs/{source}/{node or 'ctl'}.log"
+        con.execute("INSERT INTO source_files VALUES (?, ?, 'test', ?, ?, ?, 0, 0, NULL)",
+                    [fid, source, node, ref, len(texts)])
+        con.execute("INSERT INTO raw_lines SELECT $f, unnest($n), unnest($t), NULL, NULL",
+                    {"f": fid, "n": list(range(1, len(texts) + 1)), "t": texts})
+    if case.lines:
+        normalize(con, scope.timezone, scope.start.replace(tzinfo=None), {})
+    if case.records:
+        insert_observations(con, [Observation(connector="test", kind=r.get("kind", "record"),
+                                               **{k: v for k, v in r.items() if k != "kind"}) for r in case.records])
+    for c in case.coverage:
+        con.execute("INSERT INTO coverage VALUES (?, 'test', ?, 0, ?, 0, NULL)",
+                    [c["source"], c["status"], c.get("nodes", [])])
+    for i, e in enumerate(case.events, 1):
+        cols = {"event_id": i, "rule_id": "test", **e}
+        if "attrs" in cols:
+            cols["attrs"] = json.dumps(cols["attrs"])
+        names = ", ".join(cols)
+        con.execute(f"INSERT INTO events ({names}) VALUES ({', '.join('?' for _ in cols)})", list(cols.values()))
+    if case.events:
+        con.execute(f"DROP SEQUENCE event_seq; CREATE SEQUENCE event_seq START {len(case.events) + 1}")
+
+
+def _lookup(row: dict[str, Any], key: str) -> Any:
+    head, _, rest = key.partition(".")
+    value = row.get(head)
+    if rest:
+        if isinstance(value, str):
+            value = json.loads(value)
+        for part in rest.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _same(actual: Any, expected: Any) -> bool:
+    if isinstance(expected, list):
+        return isinstance(actual, list) and [str(a) for a in actual] == [str(e) for e in expected]
+    if isinstance(actual, datetime):
+        return str(actual) == str(expected) or actual.isoformat() == str(expected)
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return bool(actual) == bool(expected) and actual is not None
+    return str(actual) == str(expected)
+
+
+def run_case(pack: Pack, rule: Rule, case: RuleTest, settings: Settings | None = None) -> CaseResult:
+    settings = settings or Settings()
+    scope = _scope(case)
+    staging = create_staging(scope)
+    con = connect(staging)
+    try:
+        prepare(con, pack, settings)
+        _load(con, case, scope)
+        result = RunResult()
+        before = con.execute("SELECT coalesce(max(event_id), 0) FROM events").fetchone()[0]
+        if rule.output == "roles":
+            con.execute("INSERT INTO verdict (rule_id, terminal_state, sub_domain, priority, root_event_id) "
+                        "VALUES ('test', 'x', 'x', 1, ?)", [case.verdict_root or 1])
+        run_rule(con, rule, settings, result)
+        if result.failed:
+            return CaseResult(rule.id, case.name, False, f"rule failed: {result.failed[0]['error']}")
+        if rule.output == "events":
+            out = _rows(con, f"SELECT * FROM events WHERE event_id > {before} ORDER BY event_id")
+        elif rule.output == "verdicts":
+            out = _rows(con, "SELECT * FROM verdicts ORDER BY priority DESC")
+        elif rule.output == "roles":
+            out = _rows(con, "SELECT * FROM events WHERE role IS NOT NULL ORDER BY event_id")
+        else:
+            out = _rows(con, "SELECT * FROM events ORDER BY event_id")
+        for exp in case.expect:
+            if not any(all(_same(_lookup(row, k), v) for k, v in exp.items()) for row in out):
+                shown = [{k: _lookup(r, k) for k in exp} for r in out][:5]
+                return CaseResult(rule.id, case.name, False, f"expected {exp}, got {shown or 'no rows'}")
+        if case.expect_count is not None and len(out) != case.expect_count:
+            return CaseResult(rule.id, case.name, False, f"expected {case.expect_count} row(s), got {len(out)}")
+        return CaseResult(rule.id, case.name, True)
+    finally:
+        con.close()
+        release_staging(staging)
+
+
+def _rows(con, query: str) -> list[dict[str, Any]]:
+    cur = con.execute(query)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def run_tests(pack: Pack, only: str | None = None) -> list[CaseResult]:
+    results = []
+    for rule in pack.rules:
+        if only and rule.id != only:
+            continue
+        for case in rule.tests:
+            try:
+                results.append(run_case(pack, rule, case))
+            except Exception as exc:
+                results.append(CaseResult(rule.id, case.name, False, f"{type(exc).__name__}: {exc}"))
+    return results

@@ -1,0 +1,127 @@
+"""The steps of one attribution, as plain functions (no Prefect import here).
+
+flows/attempt.py wraps them as Prefect tasks; flows/inline.py calls them directly. Both run the
+same story: scope -> collect (each source in parallel) -> store -> attribute -> publish.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attribution.models import AttemptScope, Coverage, CoverageStatus, Diagnosis, Observation
+from connectors import bundle as bundle_connector
+from connectors.staging import connect, create_staging, insert_observations, release_staging
+from connectors.text import normalize
+from rules import report
+from rules.engine import Settings, run_phases
+from rules.pack import Pack
+
+
+class TransientSourceError(Exception):
+    """A source failed in a way worth retrying (transport error, 429, 5xx)."""
+
+
+@dataclass
+class Scoped:
+    bundle: str
+    scope: AttemptScope
+    staging: str
+    sources: list[str]
+
+
+@dataclass
+class SourceResult:
+    coverage: Coverage
+    notes: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+
+
+def scope_attempt(bundle: str) -> Scoped:
+    """Read the attempt's scope and open its staging database."""
+    path = Path(bundle)
+    scope = bundle_connector.load_scope(path)
+    staging = create_staging(scope)
+    con = connect(staging)
+    try:
+        insert_observations(con, [scope_observation(path, scope)])
+    finally:
+        con.close()
+    return Scoped(bundle=str(path), scope=scope, staging=staging, sources=list(bundle_connector.SOURCES))
+
+
+def scope_observation(bundle: Path, scope: AttemptScope) -> Observation:
+    """attempt.yaml's state line, so a verdict from it points at a raw line like any other."""
+    line = None
+    try:
+        for i, text in enumerate((bundle / "attempt.yaml").read_text(errors="replace").splitlines(), 1):
+            if re.match(r"^state\s*:", text):
+                line = i
+                break
+    except OSError:
+        pass
+    return Observation(source="scope", connector="bundle", kind="attempt_scope", time=scope.end,
+                       text=f"state: {scope.state} exit_code: {scope.exit_code}", path="attempt.yaml", line=line,
+                       attrs={"state": scope.state, "exit_code_text": scope.exit_code, "reason": scope.reason})
+
+
+def collect_source(scoped: Scoped, source: str, pack: Pack) -> SourceResult:
+    """Load one source into staging. Never raises for bad data: the coverage record says what happened."""
+    started = time.monotonic()
+    try:
+        got = bundle_connector.collect(Path(scoped.bundle), scoped.scope, source, scoped.staging,
+                                       pack.prefilter(source))
+    except TransientSourceError:
+        raise
+    except Exception as exc:  # a connector bug or unreadable file must not sink the diagnosis
+        return SourceResult(Coverage(source=source, connector="bundle", status=CoverageStatus.error,
+                                     error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                                     duration_ms=int((time.monotonic() - started) * 1000)))
+    return SourceResult(got.coverage, got.notes, {k: str(v) for k, v in got.files.items()})
+
+
+def store_observations(scoped: Scoped, results: list[SourceResult]) -> list[Coverage]:
+    """Normalise what was collected (timestamps, ranks, continuation lines) and record coverage."""
+    files = {ref: Path(p) for r in results for ref, p in r.files.items()}
+    con = connect(scoped.staging)
+    try:
+        ref_time = scoped.scope.start + (scoped.scope.end - scoped.scope.start) / 2
+        normalize(con, scoped.scope.timezone, ref_time.replace(tzinfo=None), files)
+    finally:
+        con.close()
+    return [r.coverage for r in results]
+
+
+def attribute(scoped: Scoped, coverage: list[Coverage], pack: Pack, settings: Settings | None = None,
+              notes: list[str] | None = None) -> Diagnosis:
+    """Run the rule phases and build the diagnosis."""
+    con = connect(scoped.staging)
+    try:
+        from rules.engine import prepare
+        prepare(con, pack, settings or Settings())
+        con.execute("DELETE FROM coverage")
+        con.execute(
+            "INSERT INTO coverage SELECT unnest($s), unnest($c), unnest($st), unnest($o), unnest($n), unnest($u), unnest($e)",
+            {"s": [c.source for c in coverage], "c": [c.connector for c in coverage],
+             "st": [c.status.value for c in coverage], "o": [c.observations for c in coverage],
+             "n": [c.nodes for c in coverage], "u": [c.unparsed for c in coverage], "e": [c.error for c in coverage]},
+        )
+        result = run_phases(con, pack, settings)
+        return report.build(con, scoped.scope, coverage, result, pack.version, notes or [])
+    finally:
+        con.close()
+
+
+def publish(diagnosis: Diagnosis, warehouse_path: str | None) -> Diagnosis:
+    """Write the diagnosis to the warehouse (idempotent per attempt)."""
+    if warehouse_path:
+        from warehouse.store import Warehouse
+
+        Warehouse(warehouse_path).write(diagnosis)
+    return diagnosis
+
+
+def drop_staging(scoped: Scoped) -> None:
+    release_staging(scoped.staging)

@@ -1,0 +1,140 @@
+"""The local warehouse: a DuckDB file holding every diagnosis, for fleet-wide SQL.
+
+Schema files in warehouse/schema/NNN_*.sql are applied in order on open and recorded in
+schema_version; a file newer than this code is refused, never silently downgraded.
+DuckDB allows one writing process per file: a writer that finds the file locked retries with
+backoff up to a bound, then fails loudly (the attempt stays undiagnosed for the next run).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+
+from attribution.models import Diagnosis
+
+SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
+LOCK_WAIT_S = 60.0
+
+
+class WarehouseLocked(Exception):
+    pass
+
+
+class WarehouseTooNew(Exception):
+    pass
+
+
+def migrations() -> list[tuple[int, Path]]:
+    return sorted((int(p.name.split("_")[0]), p) for p in SCHEMA_DIR.glob("[0-9][0-9][0-9]_*.sql"))
+
+
+class Warehouse:
+    def __init__(self, path: str | Path, lock_wait_s: float = LOCK_WAIT_S):
+        self.path = Path(path)
+        self.lock_wait_s = lock_wait_s
+
+    @contextmanager
+    def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        deadline = time.monotonic() + self.lock_wait_s
+        delay = 0.05
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                con = duckdb.connect(str(self.path), read_only=read_only)
+                break
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
+                    if "lock" in str(exc).lower():
+                        raise WarehouseLocked(f"{self.path}: still locked by another process after "
+                                              f"{self.lock_wait_s:.0f}s") from None
+                    raise
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 1.0)
+        try:
+            if not read_only:
+                self._migrate(con)
+            yield con
+        finally:
+            con.close()
+
+    def _migrate(self, con: duckdb.DuckDBPyConnection) -> None:
+        con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER, applied_at TIMESTAMPTZ DEFAULT now())")
+        current = con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+        known = migrations()
+        newest = known[-1][0] if known else 0
+        if current > newest:
+            raise WarehouseTooNew(f"{self.path}: schema version {current} is newer than this code ({newest})")
+        for version, path in known:
+            if version > current:
+                con.execute("BEGIN TRANSACTION")
+                con.execute(path.read_text())
+                con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
+                con.execute("COMMIT")
+
+    def write(self, d: Diagnosis) -> None:
+        """Replace this attempt's diagnosis (and its parts) in one transaction."""
+        a = d.attempt
+        key = [a.cluster, a.scheduler, a.job_id, a.attempt]
+        rc = d.root_cause
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                old = [r[0] for r in con.execute(
+                    "SELECT diagnosis_id FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?",
+                    key).fetchall()]
+                for table in ("diagnosis_symptoms", "diagnosis_affected_nodes", "diagnosis_coverage", "diagnosis_evidence"):
+                    con.execute(f"DELETE FROM {table} WHERE diagnosis_id IN (SELECT unnest($ids))",
+                                {"ids": old + [d.diagnosis_id]})
+                con.execute("DELETE FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?", key)
+                con.execute(
+                    "INSERT INTO diagnoses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [*key, d.diagnosis_id, a.name, a.user, a.state, a.exit_code, a.start, a.end, a.nodes,
+                     d.terminal_state, d.sub_domain, d.confidence,
+                     rc.symptom if rc else None, rc.node if rc else None, rc.component if rc else None,
+                     rc.first_seen if rc else None, d.recommended_action, d.explanation,
+                     d.rules.version, len(d.rules.failed), d.created_at, d.model_dump_json()])
+                doc = json.loads(d.model_dump_json())
+                con.execute("""
+                    INSERT INTO diagnosis_symptoms
+                    SELECT $id, s.symptom, s.role, s.node, s.rank, s.component, s.first_seen::TIMESTAMPTZ,
+                           s.last_seen::TIMESTAMPTZ, s.count, s.demoted_by, s.interesting, s.rule
+                    FROM (SELECT unnest(from_json($doc::JSON -> 'symptoms',
+                        '[{"symptom":"VARCHAR","role":"VARCHAR","node":"VARCHAR","rank":"INTEGER","component":"VARCHAR",
+                           "first_seen":"VARCHAR","last_seen":"VARCHAR","count":"INTEGER","demoted_by":"VARCHAR",
+                           "interesting":"BOOLEAN","rule":"VARCHAR"}]'), recursive := true)) s
+                """, {"id": d.diagnosis_id, "doc": json.dumps(doc)})
+                if d.affected_nodes:
+                    con.execute("INSERT INTO diagnosis_affected_nodes SELECT $id, unnest($n)",
+                                {"id": d.diagnosis_id, "n": d.affected_nodes})
+                con.execute("""
+                    INSERT INTO diagnosis_coverage
+                    SELECT $id, c.source, c.connector, c.status, c.observations, c.unparsed, c.error, c.duration_ms
+                    FROM (SELECT unnest(from_json($doc::JSON -> 'coverage',
+                        '[{"source":"VARCHAR","connector":"VARCHAR","status":"VARCHAR","observations":"BIGINT",
+                           "unparsed":"BIGINT","error":"VARCHAR","duration_ms":"BIGINT"}]'), recursive := true)) c
+                """, {"id": d.diagnosis_id, "doc": json.dumps(doc)})
+                con.execute("""
+                    INSERT INTO diagnosis_evidence
+                    SELECT $id, e.id, e.source, e.node, e.time::TIMESTAMPTZ, e.ref, e.text
+                    FROM (SELECT unnest(from_json($doc::JSON -> 'evidence',
+                        '[{"id":"VARCHAR","source":"VARCHAR","node":"VARCHAR","time":"VARCHAR","ref":"VARCHAR",
+                           "text":"VARCHAR"}]'), recursive := true)) e
+                """, {"id": d.diagnosis_id, "doc": json.dumps(doc)})
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
+
+    def get(self, cluster: str, scheduler: str, job_id: str, attempt: int) -> dict | None:
+        with self.connect(read_only=True) as con:
+            r = con.execute("SELECT diagnosis FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?",
+                            [cluster, scheduler, job_id, attempt]).fetchone()
+        return json.loads(r[0]) if r else None
