@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus
 from connectors import scheduler_records as sr
-from connectors.staging import connect, insert_observations, sql
+from connectors.staging import connect, insert_observations, render
 from connectors.text import TextFile, scan_files
 
 CONNECTOR = "bundle"
@@ -207,7 +207,8 @@ def collect_metrics(bundle: Path, scope: AttemptScope, staging: str) -> Collecte
         errors = []
         for p in files:
             try:
-                con.execute(sql("parse_prom.sql").format(files="read_text($paths)"),
+                con.execute(render("parse_prom.sql", files="read_text($paths)"), {"paths": [str(p)]})
+                con.execute(render("insert_samples.sql"),
                             {"paths": [str(p)], "refs": [f"metrics/{p.name}"], "connector": CONNECTOR})
             except Exception as exc:  # not UTF-8, or DuckDB cannot parse: report, keep going
                 errors.append(f"metrics/{p.name}: {str(exc).splitlines()[0]}")

@@ -30,6 +30,14 @@ def sql(name: str) -> str:
     return (SQL_DIR / name).read_text()
 
 
+def render(name: str, **values: object) -> str:
+    """An SQL file with {placeholders} filled (only the named ones: SQL braces stay as they are)."""
+    text = sql(name)
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", str(value))
+    return text
+
+
 def new_staging_path() -> str:
     return f":memory:attempt_{uuid.uuid4().hex[:12]}"
 

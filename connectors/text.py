@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from connectors.staging import LONG_LINE, MAX_TEXT, contains_any, sql
+from connectors.staging import LONG_LINE, MAX_TEXT, contains_any, render
 
 # How many earlier lines a continuation line may look back for a timestamp.
 CONTEXT_LINES = 48
@@ -64,7 +64,7 @@ def scan_files(con: duckdb.DuckDBPyConnection, files: list[TextFile], source: st
 
 
 def _scan_batch(con, batch: list[TextFile], source: str, connector: str, predicate: str, stats: ScanStats) -> None:
-    query = sql("scan_text.sql").format(files="read_text($paths)", prefilter=predicate, max_line=LONG_LINE)
+    query = render("scan_text.sql", files="read_text($paths)", prefilter=predicate, max_line=LONG_LINE)
     try:
         results = con.execute(query, {"paths": [str(f.path) for f in batch]}).fetchall()
         by_name = {r[0]: r for r in results}
@@ -79,7 +79,7 @@ def _scan_batch(con, batch: list[TextFile], source: str, connector: str, predica
             bad = 0
         except duckdb.InvalidInputException:
             text, bad = read_lenient(f.path)
-            lenient = sql("scan_text.sql").format(
+            lenient = render("scan_text.sql", 
                 files="(SELECT $name AS filename, $content AS content)", prefilter=predicate, max_line=LONG_LINE)
             row = con.execute(lenient, {"name": str(f.path), "content": text}).fetchone()
         _store(con, f, row, bad, source, connector, stats)
@@ -108,7 +108,7 @@ def _store(con, f: TextFile, row, bad: int, source: str, connector: str, stats: 
 
 def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref, files_by_ref: dict[str, Path]) -> None:
     """raw_lines -> log_lines, then inherit times for continuation lines from their file."""
-    con.execute(sql("normalize_lines.sql").format(max_text=MAX_TEXT), {"tz": tz, "ref": ref})
+    con.execute(render("normalize_lines.sql", max_text=MAX_TEXT), {"tz": tz, "ref": ref})
     needing = con.execute(
         "SELECT path, list(lineno ORDER BY lineno) FROM log_lines "
         "WHERE time_quality = 'none' AND path IS NOT NULL GROUP BY path"
@@ -129,4 +129,4 @@ def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref, files_by_ref: dict[s
         "INSERT INTO line_context SELECT unnest($p), unnest($n), unnest($c)",
         {"p": [c[0] for c in contexts], "n": [c[1] for c in contexts], "c": [c[2] for c in contexts]},
     )
-    con.execute(sql("inherit_time.sql"), {"tz": tz, "ref": ref})
+    con.execute(render("inherit_time.sql"), {"tz": tz, "ref": ref})

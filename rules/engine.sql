@@ -79,9 +79,17 @@ LIMIT 1;
 
 -- Root candidates that may explain this attempt: inside the failure window, never before the
 -- attempt started (earlier events are context of this attempt, not its root).
+-- Candidates whose time is unknown (a traceback with no timestamp of its rank) count only when no
+-- timed candidate exists: they cannot be ordered against anything.
 CREATE OR REPLACE VIEW root_candidates AS
-SELECT e.* FROM events e, failure_window w
-WHERE e.role_hint = 'root_candidate' AND e.time IS NOT NULL
-  AND e.time >= w.window_start - to_seconds(w.skew_tolerance_s)
-  AND e.time >= w.start_time
-  AND e.time <= w.window_end;
+WITH timed AS (
+    SELECT e.* FROM events e, failure_window w
+    WHERE e.role_hint = 'root_candidate' AND e.time IS NOT NULL
+      AND e.time >= w.window_start - to_seconds(w.skew_tolerance_s)
+      AND e.time >= w.start_time
+      AND e.time <= w.window_end
+)
+SELECT * FROM timed
+UNION ALL
+SELECT e.* FROM events e
+WHERE e.role_hint = 'root_candidate' AND e.time IS NULL AND NOT EXISTS (SELECT 1 FROM timed);

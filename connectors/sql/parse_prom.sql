@@ -25,12 +25,3 @@ SELECT filename, n_data, s.n AS lineno, s.m.name AS metric,
        TRY_CAST(s.m.value AS DOUBLE) AS value,
        CASE WHEN s.m.ts != '' THEN make_timestamp(TRY_CAST(s.m.ts AS BIGINT) * 1000) END AS time
 FROM u;
-
-INSERT INTO samples
-SELECT nextval('obs_seq'), 'metrics', $connector,
-       coalesce(labels['Hostname'], labels['hostname'], split_part(labels['instance'], ':', 1),
-                labels['host'], labels['node'], labels['nodename']),
-       metric, labels, metric || label_text, value, time,
-       r.ref, lineno
-FROM prom_parsed JOIN (SELECT unnest($paths) AS filename, unnest($refs) AS ref) r USING (filename)
-WHERE value IS NOT NULL AND time IS NOT NULL;

@@ -1,0 +1,9 @@
+-- prom_parsed (parse_prom.sql) -> samples, with the bundle-relative file name as evidence path.
+INSERT INTO samples
+SELECT nextval('obs_seq'), 'metrics', $connector,
+       coalesce(labels['Hostname'], labels['hostname'], split_part(labels['instance'], ':', 1),
+                labels['host'], labels['node'], labels['nodename']),
+       metric, labels, metric || label_text, value, time,
+       r.ref, lineno
+FROM prom_parsed JOIN (SELECT unnest($paths) AS filename, unnest($refs) AS ref) r USING (filename)
+WHERE value IS NOT NULL AND time IS NOT NULL;
