@@ -24,6 +24,7 @@ class BadInput(Exception):
 def _prefect_env() -> None:
     """Embedded default: an ephemeral Prefect server under a private PREFECT_HOME, quiet and offline."""
     os.environ.setdefault("PREFECT_HOME", os.path.join(os.path.expanduser("~"), ".cache", "workload-attribution", "prefect"))
+    os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")

@@ -1,0 +1,126 @@
+"""The bundle connector: coverage records for every kind of source trouble, lines kept faithfully."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from attribution.models import CoverageStatus
+from connectors.bundle import BundleError, collect, load_scope
+from connectors.staging import connect, create_staging, release_staging
+from connectors.text import normalize
+from rules.pack import default_pack
+from tests.conftest import EXAMPLES, WORKED
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    dst = tmp_path / "b"
+    shutil.copytree(WORKED, dst)
+    return dst
+
+
+def _collect(bundle: Path, source: str):
+    scope = load_scope(bundle)
+    staging = create_staging(scope)
+    try:
+        got = collect(bundle, scope, source, staging, default_pack().prefilter(source))
+        con = connect(staging)
+        normalize(con, scope.timezone, scope.start.replace(tzinfo=None), got.files)
+        lines = con.execute("SELECT path, lineno, text, time, time_quality, rank FROM log_lines ORDER BY path, lineno").fetchall()
+        con.close()
+        return got, lines
+    finally:
+        release_staging(staging)
+
+
+def test_missing_source_is_unavailable_not_healthy(bundle):
+    shutil.rmtree(bundle / "logs" / "syslog")
+    got, _ = _collect(bundle, "syslog")
+    assert got.coverage.status == CoverageStatus.unavailable
+    assert "logs/syslog" in got.coverage.error
+
+
+def test_kueue_files_for_a_slurm_attempt_are_skipped(bundle):
+    got, _ = _collect(bundle, "kueue")
+    assert got.coverage.status == CoverageStatus.skipped
+
+
+def test_corrupt_sacct_is_an_error_with_the_reason(bundle):
+    (bundle / "scheduler" / "sacct.json").write_text('{"jobs": [ {"job_id": 1,')
+    got, _ = _collect(bundle, "sacct")
+    assert got.coverage.status == CoverageStatus.error
+    assert "invalid JSON at line 1" in got.coverage.error
+
+
+def test_sacct_of_another_job_is_refused(bundle):
+    doc = json.loads((bundle / "scheduler" / "sacct.json").read_text())
+    doc["jobs"][0]["job_id"] = 999
+    (bundle / "scheduler" / "sacct.json").write_text(json.dumps(doc))
+    got, _ = _collect(bundle, "sacct")
+    assert got.coverage.status == CoverageStatus.error
+    assert "not job 4191701" in got.coverage.error
+
+
+def test_bad_bytes_nul_crlf_and_long_lines_survive_and_are_counted(bundle):
+    log = bundle / "logs" / "syslog" / "gb-r12-n04.log"
+    data = log.read_bytes()
+    extra = (b"Nov 20 13:03:00 gb-r12-n04 kernel: caf\xc3\xa9 \xff\xfe bad NVRM: Xid (PCI:0000:c1:00): 79, GPU has fallen off the bus.\r\n"
+             + b"Nov 20 13:03:01 gb-r12-n04 kernel: \x00 nul NVRM: Xid (PCI:0000:c1:00): 79, GPU has fallen off the bus.\n"
+             + b"x" * 2_000_000 + b"\n" + b"Nov 20 13:03:02 gb-r12-n04 kernel: truncated last NVRM: Xid (PCI:0000:c1:00): 154, x")
+    log.write_bytes(data + extra)
+    got, lines = _collect(bundle, "syslog")
+    cov = got.coverage
+    assert cov.status == CoverageStatus.partial
+    assert cov.details["lines_with_bad_bytes"] == 2 and cov.details["long_lines"] == 1
+    mine = [l for l in lines if l[0] == "logs/syslog/gb-r12-n04.log" and "c1:00" in l[2]]
+    assert len(mine) == 3
+    assert "café" in mine[0][2] and "\ufffd" in mine[0][2] and not mine[0][2].endswith("\r")
+    n_lines = len(data.split(b"\n")) - 1
+    assert [l[1] for l in mine] == [n_lines + 1, n_lines + 2, n_lines + 4]
+    assert str(mine[2][3]) == "2026-11-20 12:03:02"
+
+
+def test_line_numbers_point_at_the_raw_line(bundle):
+    got, lines = _collect(bundle, "app")
+    raw = {}
+    for path, lineno, text, *_ in lines:
+        if path not in raw:
+            raw[path] = (bundle / path).read_text().split("\n")
+        assert raw[path][lineno - 1].rstrip("\r") == text
+
+
+def test_continuation_lines_inherit_their_ranks_time(bundle):
+    got, lines = _collect(bundle, "app")
+    exc = [l for l in lines if "ncclUnhandledCudaError" in l[2]]
+    assert exc and exc[0][4] == "inherited" and exc[0][5] == 14
+    assert str(exc[0][3]).startswith("2026-11-20 12:02:43")
+
+
+def test_symlink_outside_the_bundle_is_refused(bundle, tmp_path):
+    outside = tmp_path / "secret.log"
+    outside.write_text("Nov 20 13:00:00 h kernel: NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.\n")
+    os.symlink(outside, bundle / "logs" / "syslog" / "evil.log")
+    got, lines = _collect(bundle, "syslog")
+    assert any("evil.log" in r for r in got.coverage.details["refused"])
+    assert not any("evil" in l[0] for l in lines)
+
+
+@pytest.mark.parametrize("content,field", [
+    ("cluster: c\nscheduler: slurm\njob_id: 1\nattempt: 0\nnodes: [a]\nstart: 2026-01-01T01:00:00Z\nend: 2026-01-01T00:00:00Z\nstate: FAILED\n", "end"),
+    ("cluster: c\nscheduler: pbs\njob_id: 1\nattempt: 0\nnodes: [a]\nstart: 2026-01-01T00:00:00Z\nend: 2026-01-01T01:00:00Z\nstate: FAILED\n", "scheduler"),
+    ("cluster: [unclosed\n", "YAML"),
+    ("- just a list\n", "mapping"),
+])
+def test_bad_attempt_yaml_gives_a_one_line_reason(tmp_path, content, field):
+    (tmp_path / "attempt.yaml").write_text(content)
+    with pytest.raises(BundleError) as err:
+        load_scope(tmp_path)
+    assert field in str(err.value) and "\n" not in str(err.value)
+
+
+def test_missing_attempt_yaml(tmp_path):
+    with pytest.raises(BundleError, match="no attempt.yaml"):
+        load_scope(tmp_path)
