@@ -54,16 +54,16 @@ def scope_attempt(bundle: str) -> Scoped:
 
 def scope_observation(bundle: Path, scope: AttemptScope) -> Observation:
     """attempt.yaml's state line, so a verdict from it points at a raw line like any other."""
-    line = None
+    line, raw = None, f"state: {scope.state}"
     try:
-        for i, text in enumerate((bundle / "attempt.yaml").read_text(errors="replace").splitlines(), 1):
+        for i, text in enumerate((bundle / "attempt.yaml").read_text(errors="replace").split("\n"), 1):
             if re.match(r"^state\s*:", text):
-                line = i
+                line, raw = i, text.rstrip("\r")
                 break
     except OSError:
         pass
     return Observation(source="scope", connector="bundle", kind="attempt_scope", time=scope.end,
-                       text=f"state: {scope.state} exit_code: {scope.exit_code}", path="attempt.yaml", line=line,
+                       text=raw, path="attempt.yaml", line=line,
                        attrs={"state": scope.state, "exit_code_text": scope.exit_code, "reason": scope.reason})
 
 

@@ -1,0 +1,71 @@
+"""The rules pack: every rule's own test cases, validation errors, isolation of failing rules."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rules.engine import RunResult, Settings, prepare, run_rule
+from rules.pack import RULES_DIR, Rule, RuleFileError, default_pack, load_pack, validate_pack
+from rules.testing import run_tests
+
+
+def test_every_rule_has_passing_test_cases():
+    pack = default_pack()
+    assert all(r.tests for r in pack.rules)
+    failed = [f"{r.rule} :: {r.case}: {r.message}" for r in run_tests(pack) if not r.ok]
+    assert failed == []
+
+
+def test_the_pack_version_changes_with_any_rule_file(tmp_path):
+    copy = tmp_path / "rules"
+    shutil.copytree(RULES_DIR, copy, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    before = load_pack(copy).version
+    f = copy / "final" / "verdict-fallback.yaml"
+    f.write_text(f.read_text().replace("never a guess.", "never, ever a guess."))
+    assert load_pack(copy).version != before
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda d: d.replace("phase: final", "phase: finale"), "phase"),
+    (lambda d: d.replace("version: 1", "version: zero"), "version"),
+    (lambda d: d.replace("id: verdict-fallback", "id: Bad Id!"), "id"),
+    (lambda d: d.replace("output: verdicts", "output: verdicts\npython: rules.python.nvlink5:decode_events"), "rule"),
+    (lambda d: d + "\nunknown_key: 1\n", "unknown_key"),
+    (lambda d: d.replace("id: verdict-fallback", "id: [verdict-fallback"), "yaml"),
+])
+def test_broken_rule_files_name_file_rule_and_field(tmp_path, mutate, field):
+    copy = tmp_path / "rules"
+    shutil.copytree(RULES_DIR, copy, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    f = copy / "final" / "verdict-fallback.yaml"
+    f.write_text(mutate(f.read_text()))
+    pack, errors = validate_pack(copy)
+    assert pack is None and len(errors) == 1
+    msg = str(errors[0])
+    assert "verdict-fallback.yaml" in msg and field in msg
+
+
+def test_rule_in_the_wrong_phase_directory(tmp_path):
+    copy = tmp_path / "rules"
+    shutil.copytree(RULES_DIR, copy, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    shutil.move(copy / "final" / "verdict-fallback.yaml", copy / "early" / "verdict-fallback.yaml")
+    with pytest.raises(RuleFileError, match="rules/early/"):
+        load_pack(copy)
+
+
+def test_extract_rule_on_logs_needs_a_prefilter():
+    with pytest.raises(ValueError, match="prefilter"):
+        Rule.model_validate({"id": "x", "version": 1, "phase": "extract", "description": "a rule without prefilter",
+                             "output": "events", "sources": ["syslog"], "sql": "SELECT 1", "tests": [{"name": "t"}]})
+
+
+def test_sql_failing_at_run_time_is_reported_and_the_rest_runs(staging):
+    pack = default_pack()
+    prepare(staging, pack, Settings())
+    bad = Rule.model_validate({"id": "broken", "version": 1, "phase": "final", "description": "refers to a missing table",
+                               "output": "verdicts", "sql": "SELECT * FROM no_such_table", "tests": [{"name": "t"}]})
+    result = RunResult()
+    run_rule(staging, bad, Settings(), result)
+    run_rule(staging, next(r for r in pack.rules if r.id == "verdict-fallback"), Settings(), result)
+    assert result.failed[0]["rule"] == "broken" and "no_such_table" in result.failed[0]["error"]
+    assert "verdict-fallback" in result.fired
