@@ -1,0 +1,54 @@
+"""The Prefect flow under prefect_test_harness (a real temporary Prefect server)."""
+
+import pytest
+
+from tests.conftest import WORKED
+
+pytestmark = pytest.mark.prefect
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefect_server():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield
+
+
+def test_flow_diagnoses_and_publishes(tmp_path):
+    from flows.attempt import attribute_attempt
+    from warehouse.store import Warehouse
+
+    wh = tmp_path / "w.duckdb"
+    doc = attribute_attempt(bundle=str(WORKED), warehouse=str(wh))
+    assert (doc["terminal_state"], doc["sub_domain"], doc["affected_nodes"]) == ("hardware_failure", "nvlink", ["gb-r12-n04"])
+    assert {c["source"] for c in doc["coverage"]} == {"app", "syslog", "fabricmanager", "scheduler_log", "sacct", "kueue",
+                                                       "metrics", "topology"}
+    assert Warehouse(wh).get("eos", "slurm", "4191701", 0)["diagnosis_id"] == doc["diagnosis_id"]
+
+
+def test_transient_source_errors_are_retried_and_permanent_ones_recorded(monkeypatch):
+    import connectors.bundle as bundle
+    from flows.attempt import attribute_attempt
+    from tasks.steps import TransientSourceError
+
+    calls = {"metrics": 0, "topology": 0}
+    real = bundle.collect
+
+    def flaky(b, scope, source, staging, prefilter):
+        if source == "metrics":
+            calls["metrics"] += 1
+            if calls["metrics"] <= 2:
+                raise TransientSourceError("HTTP 503 from exporter")
+        if source == "topology":
+            calls["topology"] += 1
+            raise TransientSourceError("connection refused")
+        return real(b, scope, source, staging, prefilter)
+
+    monkeypatch.setattr(bundle, "collect", flaky)
+    doc = attribute_attempt(bundle=str(WORKED), warehouse=None)
+    cov = {c["source"]: c for c in doc["coverage"]}
+    assert calls["metrics"] == 3 and cov["metrics"]["status"] == "ok"
+    assert calls["topology"] == 4 and cov["topology"]["status"] == "error"
+    assert "failed after retries: connection refused" in cov["topology"]["error"]
+    assert doc["sub_domain"] == "nvlink"

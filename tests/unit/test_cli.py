@@ -1,0 +1,55 @@
+"""The command line: exit codes, one-line reasons, JSON and --out for several attempts."""
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import EXAMPLES, ROOT, WORKED
+
+
+def run(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "attribution.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_help_everywhere():
+    for args in ([], ["diagnose"], ["rules"]):
+        r = run(*args, "--help")
+        assert r.returncode == 0 and "usage:" in r.stdout
+
+
+def test_bad_bundle_is_exit_2_with_one_line_and_no_traceback(tmp_path):
+    (tmp_path / "attempt.yaml").write_text("cluster: c\nscheduler: slurm\n")
+    r = run("diagnose", str(tmp_path), "--inline", "--no-warehouse")
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "field 'job_id'" in r.stderr
+    r = run("diagnose", str(tmp_path / "nope"), "--inline", "--no-warehouse")
+    assert r.returncode == 2 and "no such bundle directory" in r.stderr
+
+
+def test_json_output_is_the_diagnosis_contract(tmp_path):
+    r = run("diagnose", str(WORKED), "--inline", "--json", "--warehouse", str(tmp_path / "w.duckdb"))
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    for key in ("diagnosis_id", "attempt", "terminal_state", "sub_domain", "confidence", "root_cause", "affected_nodes",
+                "affected_components", "candidates", "symptoms", "recommended_action", "coverage", "rules", "evidence"):
+        assert key in d
+    assert (tmp_path / "w.duckdb").exists()
+
+
+def test_several_bundles_in_one_process_with_out(tmp_path):
+    bundles = [str(WORKED), str(EXAMPLES / "slurm_time_limit-1-0"), str(EXAMPLES / "completed_clean-1-0")]
+    r = run("diagnose", *bundles, "--inline", "--no-warehouse", "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert files == ["completed_clean-1-0.json", "slurm_time_limit-1-0.json", "xid149-worked.json"]
+    assert "[3/3]" in r.stderr
+    assert json.loads((tmp_path / "out" / "slurm_time_limit-1-0.json").read_text())["sub_domain"] == "time_limit"
+
+
+def test_rules_commands(tmp_path):
+    assert run("rules", "validate").returncode == 0
+    listed = json.loads(run("rules", "list", "--json").stdout)
+    assert {"id", "version", "phase", "description", "tests"} <= set(listed[0])
+    r = run("rules", "test")
+    assert r.returncode == 0 and " 0 failed" in r.stdout

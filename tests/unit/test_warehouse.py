@@ -1,0 +1,93 @@
+"""Warehouse: idempotent per attempt, concurrent writer processes both land, locks wait then fail loudly."""
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import duckdb
+import pytest
+
+from flows.inline import attribute_inline
+from flows.pipeline import Request
+from rules.pack import default_pack
+from tests.conftest import EXAMPLES, ROOT, WORKED
+from warehouse.store import Warehouse, WarehouseLocked
+
+
+@pytest.fixture(scope="module")
+def diagnosis():
+    return attribute_inline(Request(bundle=str(WORKED)), default_pack())
+
+
+def test_rediagnosing_replaces_never_duplicates(tmp_path, diagnosis):
+    wh = Warehouse(tmp_path / "w.duckdb")
+    wh.write(diagnosis)
+    again = diagnosis.model_copy(update={"recommended_action": "reboot_node"})
+    wh.write(again)
+    with wh.connect(read_only=True) as con:
+        assert con.execute("SELECT count(*), any_value(recommended_action), any_value(rules_version) FROM diagnoses").fetchone() \
+            == (1, "reboot_node", diagnosis.rules.version)
+        n_sym = con.execute("SELECT count(*) FROM diagnosis_symptoms").fetchone()[0]
+        assert n_sym == len(diagnosis.symptoms)
+        assert con.execute("SELECT list(node) FROM diagnosis_affected_nodes").fetchone()[0] == ["gb-r12-n04"]
+        assert con.execute("SELECT count(*) FROM diagnosis_coverage").fetchone()[0] == len(diagnosis.coverage)
+    stored = wh.get("eos", "slurm", "4191701", 0)
+    assert stored["terminal_state"] == "hardware_failure" and stored["diagnosis_id"] == diagnosis.diagnosis_id
+
+
+def test_schema_newer_than_the_code_is_refused(tmp_path, diagnosis):
+    wh = Warehouse(tmp_path / "w.duckdb")
+    wh.write(diagnosis)
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    con.execute("INSERT INTO schema_version (version) VALUES (999)")
+    con.close()
+    with pytest.raises(Exception, match="newer than this code"):
+        wh.write(diagnosis)
+
+
+WRITER = textwrap.dedent("""
+    import sys, json
+    sys.path.insert(0, {root!r})
+    from attribution.models import Diagnosis
+    from warehouse.store import Warehouse
+    d = Diagnosis.model_validate_json(open({src!r}).read())
+    d.attempt.job_id = sys.argv[1]
+    d.diagnosis_id = "id-" + sys.argv[1]
+    for _ in range(5):
+        Warehouse({wh!r}, lock_wait_s=60).write(d)
+    print("ok")
+""")
+
+
+def test_two_writer_processes_both_land(tmp_path, diagnosis):
+    src = tmp_path / "d.json"
+    src.write_text(diagnosis.to_json())
+    wh = tmp_path / "w.duckdb"
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER.format(root=str(ROOT), src=str(src), wh=str(wh)))
+    procs = [subprocess.Popen([sys.executable, str(script), job], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for job in ("a", "b", "c")]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    con = duckdb.connect(str(wh), read_only=True)
+    assert con.execute("SELECT list(job_id ORDER BY job_id) FROM diagnoses").fetchone()[0] == ["a", "b", "c"]
+    con.close()
+
+
+def test_a_held_lock_makes_the_writer_wait_then_fail_loudly(tmp_path, diagnosis):
+    wh = tmp_path / "w.duckdb"
+    Warehouse(wh).write(diagnosis)
+    holder = subprocess.Popen([sys.executable, "-c",
+                               f"import duckdb,time; c=duckdb.connect({str(wh)!r}); print('held', flush=True); time.sleep(30)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        with pytest.raises(WarehouseLocked, match="still locked"):
+            Warehouse(wh, lock_wait_s=1.5).write(diagnosis)
+        assert 1.4 < time.monotonic() - started < 10
+    finally:
+        holder.kill()
+        holder.wait()
