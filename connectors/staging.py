@@ -120,7 +120,7 @@ def insert_observations(con: duckdb.DuckDBPyConnection, observations: Sequence[O
             """
             INSERT INTO samples
             SELECT nextval('obs_seq'), unnest($source), unnest($connector), unnest($node),
-                   unnest($metric), NULL, unnest($series), unnest($value), unnest($time), unnest($path), NULL
+                   unnest($metric), NULL, unnest($series), unnest($value), unnest($time), unnest($path), NULL, NULL
             """,
             {
                 "source": [o.source for o in samples],

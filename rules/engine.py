@@ -49,6 +49,10 @@ class RuleRuntimeError(Exception):
     pass
 
 
+class _NoRows(Exception):
+    """A Python rule found nothing: nothing to apply."""
+
+
 def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> None:
     con.execute(ENGINE_SQL.read_text())
     con.execute("DELETE FROM settings")
@@ -80,8 +84,7 @@ def _rule_output(con: duckdb.DuckDBPyConnection, rule: Rule, settings: Settings)
     rows: list[dict[str, Any]] = func(con, settings) or []
     con.execute("DROP TABLE IF EXISTS rule_out")
     if not rows:
-        con.execute("CREATE TEMP TABLE rule_out AS SELECT NULL::BIGINT AS event_id WHERE false")
-        return
+        raise _NoRows
     payload = json.dumps(rows, default=str)
     con.execute("CREATE TEMP TABLE rule_out AS SELECT unnest(from_json($p::JSON, $shape), recursive := true)",
                 {"p": payload, "shape": json.dumps([_json_shape(rows)])})
@@ -127,11 +130,18 @@ def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
             INSERT INTO events BY NAME
             SELECT nextval('event_seq') AS event_id, $rule AS rule_id, {select} FROM rule_out o
         """, {"rule": rule.id})
-        # Whatever the rule did not say, the observation does.
+        # Whatever the rule did not say, the observation does; the symptom's definition gives its meaning.
         con.execute("""
             UPDATE events SET node = coalesce(events.node, o.node), time = coalesce(events.time, o.time),
                               rank = coalesce(events.rank, o.rank), source = coalesce(events.source, o.source)
             FROM observations o WHERE o.obs_id = events.obs_id AND events.rule_id = $rule
+        """, {"rule": rule.id})
+        con.execute("""
+            UPDATE events SET title = coalesce(events.title, d.title), role_hint = coalesce(events.role_hint, d.role),
+                terminal_state = coalesce(events.terminal_state, d.terminal_state),
+                sub_domain = coalesce(events.sub_domain, d.sub_domain), action = coalesce(events.action, d.action),
+                interesting = coalesce(events.interesting, d.interesting), blame = coalesce(events.blame, d.blame)
+            FROM symptom_defs d WHERE d.symptom = events.symptom AND events.rule_id = $rule
         """, {"rule": rule.id})
     elif rule.output == "annotations":
         if "event_id" not in cols:
@@ -172,8 +182,11 @@ def run_rule(con: duckdb.DuckDBPyConnection, rule: Rule, settings: Settings, res
     started = time.perf_counter()
     try:
         con.execute("BEGIN TRANSACTION")
-        _rule_output(con, rule, settings)
-        n = _apply(con, rule)
+        try:
+            _rule_output(con, rule, settings)
+            n = _apply(con, rule)
+        except _NoRows:
+            n = 0
         con.execute("COMMIT")
         if n:
             result.fired.append(rule.id)
@@ -198,14 +211,6 @@ def run_phases(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings | 
     prepare(con, pack, settings)
     for rule in pack.by_phase("extract"):
         run_rule(con, rule, settings, result)
-    # Symptom definitions give every event its default meaning before early rules refine it.
-    con.execute("""
-        UPDATE events SET title = coalesce(events.title, d.title), role_hint = coalesce(events.role_hint, d.role),
-            terminal_state = coalesce(events.terminal_state, d.terminal_state),
-            sub_domain = coalesce(events.sub_domain, d.sub_domain), action = coalesce(events.action, d.action),
-            interesting = coalesce(events.interesting, d.interesting), blame = coalesce(events.blame, d.blame)
-        FROM symptom_defs d WHERE d.symptom = events.symptom
-    """)
     for rule in pack.by_phase("early"):
         run_rule(con, rule, settings, result)
     final = pack.by_phase("final")

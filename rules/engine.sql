@@ -41,7 +41,7 @@ CREATE OR REPLACE VIEW observations AS
     SELECT obs_id, source, connector, node, time, rank, text, path, lineno, NULL AS series, 'line' AS kind
     FROM log_lines
     UNION ALL
-    SELECT obs_id, source, connector, node, time, NULL, series || ' ' || value, path, lineno, series, 'sample'
+    SELECT obs_id, source, connector, node, time, NULL, coalesce(raw, series || ' ' || value), path, lineno, series, 'sample'
     FROM samples
     UNION ALL
     SELECT obs_id, source, connector, node, time, NULL, text, path, lineno, NULL, kind

@@ -52,6 +52,12 @@ def _load(con, case: RuleTest, scope: AttemptScope) -> None:
     if case.records:
         insert_observations(con, [Observation(connector="test", kind=r.get("kind", "record"),
                                                **{k: v for k, v in r.items() if k != "kind"}) for r in case.records])
+    for m in case.samples:
+        labels = {k: str(v) for k, v in (m.get("labels") or {}).items()}
+        con.execute("INSERT INTO samples VALUES (nextval('obs_seq'), 'metrics', 'test', ?, ?, map(?::VARCHAR[], ?::VARCHAR[]), "
+                    "?, ?, ?::TIMESTAMP, 'metrics/test.prom', NULL, NULL)",
+                    [m.get("node"), m["metric"], list(labels), list(labels.values()), m.get("series", m["metric"]),
+                     m["value"], m["time"]])
     for c in case.coverage:
         con.execute("INSERT INTO coverage VALUES (?, 'test', ?, 0, ?, 0, NULL)",
                     [c["source"], c["status"], c.get("nodes", [])])

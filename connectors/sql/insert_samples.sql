@@ -4,6 +4,6 @@ SELECT nextval('obs_seq'), 'metrics', $connector,
        coalesce(labels['Hostname'], labels['hostname'], split_part(labels['instance'], ':', 1),
                 labels['host'], labels['node'], labels['nodename']),
        metric, labels, metric || label_text, value, time,
-       r.ref, lineno
+       r.ref, lineno, raw
 FROM prom_parsed JOIN (SELECT unnest($paths) AS filename, unnest($refs) AS ref) r USING (filename)
 WHERE value IS NOT NULL AND time IS NOT NULL;

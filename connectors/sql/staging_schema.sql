@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS log_lines (
 CREATE TABLE IF NOT EXISTS samples (
     obs_id BIGINT, source VARCHAR, connector VARCHAR, node VARCHAR, metric VARCHAR,
     labels MAP(VARCHAR, VARCHAR), series VARCHAR, value DOUBLE, time TIMESTAMP,
-    path VARCHAR, lineno BIGINT
+    path VARCHAR, lineno BIGINT, raw VARCHAR
 );
 
 -- Structured scheduler / orchestrator records (sacct job and steps, Workload conditions, pods, events, nodes).

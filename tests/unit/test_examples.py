@@ -10,8 +10,6 @@ from flows.pipeline import Request
 from rules.pack import default_pack
 from tests.conftest import EXAMPLES, WORKED
 
-# Classes whose rules belong to the taxonomy issue; until then they must at least not blame anyone wrongly.
-PENDING = {"ib_link_down_one_host-1-0", "storage_lustre-1-0"}
 BUNDLES = sorted(p for p in EXAMPLES.iterdir() if (p / "expected.json").is_file()) + [WORKED]
 
 
@@ -27,9 +25,6 @@ def test_matches_expected(diagnoses, bundle):
     d = diagnoses[bundle.name]
     got = (d.terminal_state, d.sub_domain, sorted(d.affected_nodes))
     want = (exp["terminal_state"], exp["sub_domain"], sorted(exp["affected_nodes"]))
-    if bundle.name in PENDING:
-        assert d.affected_nodes == [] or got == want
-        pytest.xfail(f"rules for {exp['sub_domain']} come with the taxonomy issue")
     assert got == want
     assert not d.rules.failed
 
@@ -55,7 +50,10 @@ def test_worked_example_reads_as_the_product_promises(diagnoses):
     assert d.root_cause.symptom == "xid_149" and d.root_cause.component == "GPU 0018:01:00 NVLink 03"
     assert d.root_cause.details["decode"]["investigatory_action"] == "INVESTIGATE_LINK_SI"
     roots = [s for s in d.symptoms if s.role == "root"]
-    assert [(s.symptom, s.node, s.count) for s in roots] == [("xid_149", "gb-r12-n04", 2)]
+    # two kernel lines (links 03 and 04) and the DCGM XID gauge turning to 149 corroborate one root
+    assert [(s.symptom, s.node, s.count) for s in roots] == [("xid_149", "gb-r12-n04", 3)]
+    cited = {e.id: e for e in d.evidence}
+    assert {cited[i].source for i in roots[0].evidence} == {"syslog", "metrics"}
     watchdogs = [s for s in d.symptoms if s.symptom == "nccl_watchdog_timeout"]
     assert len(watchdogs) == 6 and all(s.role == "cascade" and s.interesting for s in watchdogs)
     assert all(s.demoted_by == "demote-cascade-after-root" for s in watchdogs)
