@@ -155,6 +155,43 @@ def cmd_rules(args) -> int:
     return EXIT_OK if not failed else EXIT_INTERNAL
 
 
+def cmd_eval(args) -> int:
+    from rules.evaluation import evaluate, find_bundles
+    from rules.pack import RuleFileError, default_pack, load_pack
+
+    if not Path(args.dir).is_dir():
+        raise BadInput(f"{args.dir}: no such directory")
+    if not find_bundles(Path(args.dir)):
+        raise BadInput(f"{args.dir}: no bundle with an expected.json under it")
+    try:
+        pack = load_pack(args.rules_dir) if args.rules_dir else default_pack()
+    except RuleFileError as exc:
+        raise BadInput(str(exc)) from None
+
+    def progress(i, n):
+        if sys.stderr.isatty() or i == n or i % 50 == 0:
+            print(f"\r[{i}/{n}] diagnosed", end="" if i < n else "\n", file=sys.stderr, flush=True)
+
+    report = evaluate(Path(args.dir), pack, progress)
+    if args.json:
+        print(json.dumps([{"bundle": o.bundle, "class": o.cls, "exact": o.exact, "expected": o.expected, "got": o.got,
+                           "error": o.error} for o in report.outcomes], indent=2))
+    else:
+        print(report.table())
+        misses = report.misses()
+        if misses:
+            print(f"\n{len(misses)} miss(es):")
+            for o in misses:
+                e = o.expected
+                g = o.got or {}
+                print(f"  {o.bundle}\n    expected {e['terminal_state']}/{e['sub_domain']} {sorted(e.get('affected_nodes') or [])}"
+                      f"\n    got      {g.get('terminal_state')}/{g.get('sub_domain')} {sorted(g.get('affected_nodes') or [])}"
+                      f" root={g.get('root')} {o.error or ''}")
+        n = len(report.outcomes)
+        print(f"\n{n} bundle(s) in {report.seconds:.1f} s ({report.seconds / n:.2f} s each), rules {pack.version}")
+    return EXIT_OK if not report.misses() else EXIT_INTERNAL
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attribution", description=(
         "Why did this GPU training attempt die, and whom should we isolate? "
@@ -182,6 +219,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="list as JSON")
     r.add_argument("-v", "--verbose", action="store_true", help="show passing test cases too")
     r.set_defaults(func=cmd_rules)
+
+    e = sub.add_parser("eval", help="measure the rules on bundles that carry expected.json", description=(
+        "Diagnose every bundle under DIR that has an expected.json (inline runner, nothing stored) and print a "
+        "per-class table: exact match of terminal_state + sub_domain + affected_nodes, and each field; then every "
+        "miss with expected vs got. Exit 0 when every bundle matches exactly, 1 otherwise."))
+    e.add_argument("dir", metavar="DIR")
+    e.add_argument("--rules-dir", metavar="DIR", help="rules pack directory (default: the shipped pack)")
+    e.add_argument("--json", action="store_true", help="one JSON record per bundle")
+    e.set_defaults(func=cmd_eval)
     return p
 
 

@@ -35,7 +35,7 @@ def _ref(o: dict[str, Any]) -> str:
         return f"{o['path'] or 'metrics'}:{o['lineno']} {o['series']}@{_utc(o['time']).isoformat() if o['time'] else '?'}"
     if o["path"] and o["lineno"]:
         return f"{o['path']}:{o['lineno']}"
-    return o["path"] or o["source"]
+    return o["path"] or o["source"] or "unknown"
 
 
 def build(con: duckdb.DuckDBPyConnection, scope: AttemptScope, coverage: list[Coverage], run: RunResult,

@@ -1,0 +1,85 @@
+"""Measure the rules against bundles that carry their expected diagnosis (expected.json)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rules.pack import Pack
+
+
+@dataclass
+class Outcome:
+    bundle: str
+    cls: str
+    expected: dict
+    got: dict | None
+    error: str | None = None
+
+    @property
+    def fields(self) -> dict[str, bool]:
+        g = self.got or {}
+        e = self.expected
+        return {"terminal_state": g.get("terminal_state") == e["terminal_state"],
+                "sub_domain": g.get("sub_domain") == e["sub_domain"],
+                "affected_nodes": sorted(g.get("affected_nodes") or []) == sorted(e.get("affected_nodes") or [])}
+
+    @property
+    def exact(self) -> bool:
+        return self.got is not None and all(self.fields.values())
+
+
+@dataclass
+class Report:
+    outcomes: list[Outcome] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def table(self) -> str:
+        by: dict[str, list[Outcome]] = {}
+        for o in self.outcomes:
+            by.setdefault(o.cls, []).append(o)
+        head = f"{'class (terminal_state/sub_domain)':48} {'n':>5} {'exact':>7} {'state':>7} {'sub':>7} {'nodes':>7}"
+        lines = [head, "-" * len(head)]
+
+        def row(name, os_):
+            n = len(os_)
+            pct = lambda k: f"{100 * sum(o.fields[k] for o in os_) / n:6.1f}%"
+            return (f"{name:48} {n:5d} {100 * sum(o.exact for o in os_) / n:6.1f}% "
+                    f"{pct('terminal_state')} {pct('sub_domain')} {pct('affected_nodes')}")
+        for cls in sorted(by):
+            lines.append(row(cls, by[cls]))
+        lines.append("-" * len(head))
+        lines.append(row("all", self.outcomes))
+        return "\n".join(lines)
+
+    def misses(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.exact]
+
+
+def find_bundles(root: Path) -> list[Path]:
+    return sorted(p.parent for p in Path(root).rglob("expected.json") if (p.parent / "attempt.yaml").is_file())
+
+
+def evaluate(root: Path, pack: Pack, progress=None) -> Report:
+    from flows.inline import attribute_inline
+    from flows.pipeline import Request
+
+    report = Report()
+    started = time.monotonic()
+    bundles = find_bundles(root)
+    for i, b in enumerate(bundles, 1):
+        exp = json.loads((b / "expected.json").read_text())
+        cls = f"{exp['terminal_state']}/{exp['sub_domain']}"
+        try:
+            d = attribute_inline(Request(bundle=str(b)), pack)
+            got = {"terminal_state": d.terminal_state, "sub_domain": d.sub_domain, "affected_nodes": d.affected_nodes,
+                   "root": d.root_cause.symptom if d.root_cause else None, "failed_rules": [f["rule"] for f in d.rules.failed]}
+            report.outcomes.append(Outcome(str(b), cls, exp, got))
+        except Exception as exc:
+            report.outcomes.append(Outcome(str(b), cls, exp, None, f"{type(exc).__name__}: {exc}"))
+        if progress:
+            progress(i, len(bundles))
+    report.seconds = time.monotonic() - started
+    return report
