@@ -205,10 +205,12 @@ def choose_verdict(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("INSERT INTO verdict SELECT * FROM verdicts ORDER BY priority DESC, rule_id LIMIT 1")
 
 
-def run_phases(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings | None = None) -> RunResult:
+def run_phases(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings | None = None,
+               prepared: bool = False) -> RunResult:
     settings = settings or Settings()
     result = RunResult()
-    prepare(con, pack, settings)
+    if not prepared:
+        prepare(con, pack, settings)
     for rule in pack.by_phase("extract"):
         run_rule(con, rule, settings, result)
     for rule in pack.by_phase("early"):

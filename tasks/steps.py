@@ -16,7 +16,7 @@ from connectors import bundle as bundle_connector
 from connectors.staging import connect, create_staging, insert_observations, release_staging
 from connectors.text import normalize
 from rules import report
-from rules.engine import Settings, run_phases
+from rules.engine import Settings, prepare, run_phases
 from rules.pack import Pack
 
 
@@ -99,8 +99,8 @@ def attribute(scoped: Scoped, coverage: list[Coverage], pack: Pack, settings: Se
     """Run the rule phases and build the diagnosis."""
     con = connect(scoped.staging)
     try:
-        from rules.engine import prepare
-        prepare(con, pack, settings or Settings())
+        settings = settings or Settings()
+        prepare(con, pack, settings)
         con.execute("DELETE FROM coverage")
         con.execute(
             "INSERT INTO coverage SELECT unnest($s), unnest($c), unnest($st), unnest($o), unnest($n), unnest($u), unnest($e)",
@@ -108,7 +108,7 @@ def attribute(scoped: Scoped, coverage: list[Coverage], pack: Pack, settings: Se
              "st": [c.status.value for c in coverage], "o": [c.observations for c in coverage],
              "n": [c.nodes for c in coverage], "u": [c.unparsed for c in coverage], "e": [c.error for c in coverage]},
         )
-        result = run_phases(con, pack, settings)
+        result = run_phases(con, pack, settings, prepared=True)
         return report.build(con, scoped.scope, coverage, result, pack.version, notes or [])
     finally:
         con.close()
