@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
+
+# libyaml's C loader when present: the same safe subset, ~15x faster than the pure-Python one.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 from pydantic import ValidationError
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus
@@ -63,7 +66,7 @@ def load_scope(bundle: Path) -> AttemptScope:
     if not _inside(bundle, spec):
         raise BundleError(f"{spec}: points outside the bundle")
     try:
-        doc = yaml.safe_load(spec.read_text(encoding="utf-8", errors="replace"))
+        doc = yaml.load(spec.read_text(encoding="utf-8", errors="replace"), Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
@@ -231,7 +234,7 @@ def collect_topology(bundle: Path, scope: AttemptScope, staging: str) -> Collect
         return Collected(Coverage(source="topology", connector=CONNECTOR, status=CoverageStatus.unavailable,
                                   error="topology.yaml not in bundle"))
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace")) or {}
+        doc = yaml.load(path.read_text(encoding="utf-8", errors="replace"), Loader=SAFE_LOADER) or {}
         switches = doc.get("switches") if isinstance(doc, dict) else None
         if not isinstance(switches, dict):
             raise ValueError("expected a 'switches' mapping")

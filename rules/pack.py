@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+# libyaml's C loader when present: the same safe subset, ~15x faster than the pure-Python one.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 RULES_DIR = Path(__file__).resolve().parent
@@ -119,7 +122,7 @@ def _field_of(err: dict[str, Any]) -> str:
 
 def load_rule(path: Path) -> Rule:
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.load(path.read_text(), Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise RuleFileError(path, None, "yaml", f"not valid YAML{f' (line {mark.line + 1})' if mark else ''}: "
@@ -141,7 +144,7 @@ def load_rule(path: Path) -> Rule:
 
 
 def pack_version(rules_dir: Path, files: list[Path]) -> str:
-    meta = yaml.safe_load((rules_dir / "pack.yaml").read_text()) or {}
+    meta = yaml.load((rules_dir / "pack.yaml").read_text(), Loader=SAFE_LOADER) or {}
     digest = hashlib.sha256()
     for f in sorted(files) + sorted((rules_dir / "data").glob("*.csv")):
         digest.update(f.relative_to(rules_dir).as_posix().encode())
