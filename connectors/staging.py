@@ -128,13 +128,17 @@ def insert_observations(con: duckdb.DuckDBPyConnection, observations: Sequence[O
             """
             INSERT INTO samples
             SELECT nextval('obs_seq'), unnest($source), unnest($connector), unnest($node),
-                   unnest($metric), NULL, unnest($series), unnest($value), unnest($time), unnest($path), NULL, NULL
+                   unnest($metric), map(unnest($lk), unnest($lv)), unnest($series), unnest($value), unnest($time),
+                   unnest($path), NULL, unnest($raw)
             """,
             {
                 "source": [o.source for o in samples],
                 "connector": [o.connector for o in samples],
                 "node": [o.node for o in samples],
                 "metric": [o.attrs.get("__name__", o.series) for o in samples],
+                "lk": [list((o.attrs.get("labels") or {}).keys()) for o in samples],
+                "lv": [[str(v) for v in (o.attrs.get("labels") or {}).values()] for o in samples],
+                "raw": [o.text for o in samples],
                 "series": [o.series for o in samples],
                 "value": [o.value for o in samples],
                 "time": [naive_utc(o.time) for o in samples],

@@ -59,5 +59,6 @@ def failed_collect(source: str, exc: BaseException) -> steps.SourceResult:
     from attribution.models import Coverage, CoverageStatus
 
     reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return steps.SourceResult(Coverage(source=source, connector="bundle", status=CoverageStatus.error,
+    status = CoverageStatus(getattr(exc, "status", "error"))
+    return steps.SourceResult(Coverage(source=source, connector=getattr(exc, "connector", "bundle"), status=status,
                                        error=f"failed after retries: {reason}"))

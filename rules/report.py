@@ -32,7 +32,8 @@ def diagnosis_id(scope: AttemptScope) -> str:
 
 def _ref(o: dict[str, Any]) -> str:
     if o["kind"] == "sample":
-        return f"{o['path'] or 'metrics'}:{o['lineno']} {o['series']}@{_utc(o['time']).isoformat() if o['time'] else '?'}"
+        where = f"{o['path']}:{o['lineno']}" if o["lineno"] else (o["path"] or "metrics")
+        return f"{where} {o['series']}@{_utc(o['time']).isoformat() if o['time'] else '?'}"
     if o["path"] and o["lineno"]:
         return f"{o['path']}:{o['lineno']}"
     return o["path"] or o["source"] or "unknown"

@@ -12,16 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus, Diagnosis, Observation
+from connectors import TransientSourceError
 from connectors import bundle as bundle_connector
 from connectors.staging import connect, create_staging, insert_observations, release_staging
 from connectors.text import normalize
 from rules import report
 from rules.engine import Settings, prepare, run_phases
 from rules.pack import Pack
-
-
-class TransientSourceError(Exception):
-    """A source failed in a way worth retrying (transport error, 429, 5xx)."""
 
 
 @dataclass

@@ -1,0 +1,167 @@
+"""Prometheus connector: node and GPU metrics of the attempt's hosts over its window.
+
+For each configured query (PromQL with {hosts} / {hosts_with_port} placeholders, filled with the
+attempt's hosts as an escaped regex alternation) it calls /api/v1/query_range over the attempt
+window plus a look-back, with a step chosen to stay under Prometheus' 11,000-point limit, maps
+each series to a host by the first host-like label present, and stores the samples in staging.
+Deadlines are httpx timeouts. Transport errors, 429 and 5xx raise TransientSourceError (the task
+retries them); a bad query or a garbage body is recorded, and the other queries still run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, Field
+
+from attribution.models import AttemptScope, Coverage, CoverageStatus, Observation
+from connectors import TransientSourceError
+from connectors.staging import connect, insert_observations
+
+CONNECTOR = "prometheus"
+MAX_POINTS = 11_000
+
+DEFAULT_QUERIES = {
+    "dcgm_xid": 'DCGM_FI_DEV_XID_ERRORS{Hostname=~"{hosts}"}',
+    "dcgm_ecc_dbe": 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{Hostname=~"{hosts}"}',
+    "ib_link_downed": 'node_infiniband_link_downed_total{instance=~"{hosts_with_port}"}',
+    "ib_port_errors": 'node_infiniband_port_errors_received_total{instance=~"{hosts_with_port}"}',
+    "up": 'up{instance=~"{hosts_with_port}"}',
+}
+DEFAULT_HOST_LABELS = ["Hostname", "hostname", "instance", "node", "host", "nodename"]
+
+
+class PrometheusSource(BaseModel):
+    url: str
+    timeout_s: float = Field(10.0, gt=0)
+    lookback_s: float = Field(3600.0, ge=0, description="collect this much before the attempt started")
+    margin_s: float = Field(300.0, ge=0, description="and this much after it ended")
+    queries: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_QUERIES))
+    host_labels: list[str] = Field(default_factory=lambda: list(DEFAULT_HOST_LABELS))
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+def promql_regex_string(values: list[str]) -> str:
+    """Hosts as a regex alternation inside a PromQL double-quoted string: regex-escaped, then
+    string-escaped, so no host name can break out of the matcher."""
+    alternation = "|".join(re.escape(v) for v in values)
+    return alternation.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def render_query(expr: str, hosts: list[str]) -> str:
+    alt = promql_regex_string(hosts)
+    return (expr.replace("{hosts_with_port}", f"(?:{alt})(?::[0-9]+)?")
+                .replace("{hosts}", f"(?:{alt})"))
+
+
+def choose_step(start: datetime, end: datetime, minimum_s: int = 15) -> int:
+    return max(minimum_s, math.ceil((end - start).total_seconds() / (MAX_POINTS - 1)))
+
+
+def host_of(labels: dict[str, str], host_labels: list[str]) -> str | None:
+    for name in host_labels:
+        value = labels.get(name)
+        if value:
+            return value.rsplit(":", 1)[0] if name == "instance" and re.search(r":\d+$", value) else value
+    return None
+
+
+@dataclass
+class QueryResult:
+    name: str
+    series: int = 0
+    samples: int = 0
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def _query(client: httpx.Client, src: PrometheusSource, name: str, expr: str, start: datetime, end: datetime,
+           step: int, hosts: set[str]) -> tuple[QueryResult, list[Observation]]:
+    res = QueryResult(name)
+    try:
+        r = client.get("/api/v1/query_range", params={"query": expr, "start": start.timestamp(),
+                                                      "end": end.timestamp(), "step": step})
+    except httpx.TimeoutException as exc:
+        raise TransientSourceError(f"{name}: timed out after {src.timeout_s:g}s ({type(exc).__name__})", "timeout") from None
+    except httpx.TransportError as exc:
+        raise TransientSourceError(f"{name}: {type(exc).__name__}: {exc}") from None
+    if r.status_code == 429 or r.status_code >= 500:
+        retry_after = r.headers.get("Retry-After")
+        if retry_after and retry_after.isdigit() and int(retry_after) <= 30:
+            time.sleep(int(retry_after))
+        raise TransientSourceError(f"{name}: HTTP {r.status_code}")
+    try:
+        body = r.json()
+    except ValueError:
+        res.error = f"HTTP {r.status_code}, body is not JSON: {r.text[:120]!r}"
+        return res, []
+    if not isinstance(body, dict) or body.get("status") != "success":
+        err = body.get("error") if isinstance(body, dict) else None
+        res.error = f"HTTP {r.status_code}: {err or 'unexpected response'}"
+        return res, []
+    res.warnings = [str(w) for w in body.get("warnings") or []]
+    data = body.get("data") or {}
+    if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
+        res.error = f"unexpected resultType {data.get('resultType')!r}"
+        return res, []
+    obs: list[Observation] = []
+    for series in data["result"]:
+        metric = {str(k): str(v) for k, v in (series.get("metric") or {}).items()}
+        name_ = metric.get("__name__", name)
+        labels = {k: v for k, v in metric.items() if k != "__name__"}
+        label_text = "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+        node = host_of(labels, src.host_labels)
+        res.series += 1
+        for ts, value in series.get("values") or []:
+            try:
+                v = float(value)
+                t = datetime.fromtimestamp(float(ts), tz=timezone.utc)
+            except (TypeError, ValueError):
+                continue
+            obs.append(Observation(source="metrics", connector=CONNECTOR, kind="sample", node=node, time=t,
+                                   text=f"{name_}{label_text} {value} @{ts}", series=name_ + label_text, value=v,
+                                   path=f"prometheus:{name}", attrs={"__name__": name_, "labels": labels}))
+            res.samples += 1
+    return res, obs
+
+
+def collect(src: PrometheusSource, scope: AttemptScope, staging: str, transport: httpx.BaseTransport | None = None) -> Coverage:
+    started = time.monotonic()
+    start = scope.start - timedelta(seconds=src.lookback_s)
+    end = scope.end + timedelta(seconds=src.margin_s)
+    step = choose_step(start, end)
+    results: list[QueryResult] = []
+    obs: list[Observation] = []
+    timeout = httpx.Timeout(src.timeout_s, connect=min(src.timeout_s, 5.0))
+    with httpx.Client(base_url=src.url.rstrip("/"), timeout=timeout, headers=src.headers, transport=transport) as client:
+        for name, expr in src.queries.items():
+            res, got = _query(client, src, name, render_query(expr, scope.nodes), start, end, step, set(scope.nodes))
+            results.append(res)
+            obs.extend(got)
+    con = connect(staging)
+    try:
+        insert_observations(con, obs)
+    finally:
+        con.close()
+    failed = [r for r in results if r.error]
+    warnings = [w for r in results for w in r.warnings]
+    nodes = sorted({o.node for o in obs if o.node})
+    if failed and len(failed) == len(results):
+        status = CoverageStatus.error
+    elif failed or warnings:
+        status = CoverageStatus.partial
+    elif not obs:
+        status = CoverageStatus.empty
+    else:
+        status = CoverageStatus.ok
+    return Coverage(source="metrics", connector=CONNECTOR, status=status, observations=len(obs), nodes=nodes,
+                    unparsed=len(failed), error="; ".join(f"{r.name}: {r.error}" for r in failed) or None,
+                    duration_ms=int((time.monotonic() - started) * 1000),
+                    details={"step_s": step, "warnings": warnings,
+                             "queries": {r.name: {"series": r.series, "samples": r.samples} for r in results}})
