@@ -1,0 +1,159 @@
+"""Kueue / Kubernetes API connector: scope a Workload and collect its scheduler history.
+
+Reads the Workload (conditions, eviction reasons, requeue count), the pods that ran it (by a
+configurable label selector), their nodes' conditions and the Workload's events, over httpx with a
+bearer token (or a kubeconfig's server/token/CA). The objects go through the same parsers as the
+bundle's scheduler/*.json files, so rules see identical records whichever way they came.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from pydantic import BaseModel, Field
+
+from attribution.models import AttemptScope, Coverage, CoverageStatus, Observation
+from connectors import TransientSourceError
+from connectors import scheduler_records as sr
+from connectors.staging import connect, insert_observations
+
+CONNECTOR = "kubernetes"
+KUEUE_API = "/apis/kueue.x-k8s.io/v1beta1"
+
+
+class KueueSource(BaseModel):
+    url: str | None = Field(default=None, description="API server URL (else from kubeconfig)")
+    namespace: str = "default"
+    token_env: str | None = Field(default="KUBE_TOKEN", description="env var holding a bearer token")
+    kubeconfig: str | None = Field(default=None, description="path to a kubeconfig (server, token, CA)")
+    ca_file: str | None = None
+    verify_tls: bool = True
+    timeout_s: float = Field(10.0, gt=0)
+    pod_selector: str = Field("kueue.x-k8s.io/workload-name={workload}",
+                              description="label selector for the workload's pods; {workload} and {owner} are filled in")
+
+
+class KueueError(ValueError):
+    pass
+
+
+def _client(src: KueueSource, transport: httpx.BaseTransport | None) -> httpx.Client:
+    url, token, verify = src.url, None, src.verify_tls
+    if src.kubeconfig:
+        cfg = yaml.safe_load(Path(src.kubeconfig).read_text()) or {}
+        ctx_name = cfg.get("current-context")
+        ctx = next((c["context"] for c in cfg.get("contexts", []) if c.get("name") == ctx_name), {})
+        cluster = next((c["cluster"] for c in cfg.get("clusters", []) if c.get("name") == ctx.get("cluster")), {})
+        user = next((u["user"] for u in cfg.get("users", []) if u.get("name") == ctx.get("user")), {})
+        url = url or cluster.get("server")
+        token = user.get("token")
+        if cluster.get("certificate-authority"):
+            verify = cluster["certificate-authority"]
+    if src.token_env and os.environ.get(src.token_env):
+        token = os.environ[src.token_env]
+    if src.ca_file:
+        verify = src.ca_file
+    if not url:
+        raise KueueError("no API server URL (set url or kubeconfig)")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=url.rstrip("/"), headers=headers, verify=verify, transport=transport,
+                        timeout=httpx.Timeout(src.timeout_s, connect=min(src.timeout_s, 5.0)))
+
+
+def _get(client: httpx.Client, path: str, params: dict | None = None) -> Any:
+    try:
+        r = client.get(path, params=params)
+    except httpx.TimeoutException:
+        raise TransientSourceError(f"kubernetes: {path} timed out", "timeout") from None
+    except httpx.TransportError as exc:
+        raise TransientSourceError(f"kubernetes: {type(exc).__name__}: {exc}") from None
+    if r.status_code == 429 or r.status_code >= 500:
+        raise TransientSourceError(f"kubernetes: HTTP {r.status_code} for {path}")
+    if r.status_code in (401, 403):
+        raise KueueError(f"HTTP {r.status_code} for {path}: not authorised (check the token)")
+    if r.status_code == 404:
+        raise KueueError(f"{path}: not found")
+    if r.status_code >= 400:
+        raise KueueError(f"HTTP {r.status_code} for {path}: {r.text[:200]}")
+    try:
+        return r.json()
+    except ValueError:
+        raise KueueError(f"{path}: body is not JSON") from None
+
+
+def _ts(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+def fetch(src: KueueSource, workload: str, transport: httpx.BaseTransport | None = None) -> dict[str, Any]:
+    """The Workload, its pods, their nodes and its events, as Kubernetes returns them."""
+    with _client(src, transport) as client:
+        ns = src.namespace
+        wl = _get(client, f"{KUEUE_API}/namespaces/{ns}/workloads/{workload}")
+        owners = (wl.get("metadata") or {}).get("ownerReferences") or [{}]
+        selector = src.pod_selector.format(workload=workload, owner=owners[0].get("name", workload))
+        pods = _get(client, f"/api/v1/namespaces/{ns}/pods", {"labelSelector": selector})
+        events = _get(client, f"/api/v1/namespaces/{ns}/events",
+                      {"fieldSelector": f"involvedObject.kind=Workload,involvedObject.name={workload}"})
+        names = sorted({(p.get("spec") or {}).get("nodeName") for p in pods.get("items", [])} - {None})
+        nodes = {"apiVersion": "v1", "kind": "List", "items": []}
+        for n in names:
+            try:
+                nodes["items"].append(_get(client, f"/api/v1/nodes/{n}"))
+            except KueueError:
+                continue  # a node deleted since: its absence is itself evidence, reported by the rules
+    return {"workload": wl, "pods": pods, "events": events, "nodes": nodes}
+
+
+def scope_from(objects: dict[str, Any], cluster: str) -> AttemptScope:
+    """Scope a Kueue attempt: nodes from the pods, window from admission to finish/eviction."""
+    wl = objects["workload"]
+    meta, status = wl.get("metadata") or {}, wl.get("status") or {}
+    conds = {c.get("type"): c for c in status.get("conditions") or []}
+    nodes = sorted({(p.get("spec") or {}).get("nodeName") for p in objects["pods"].get("items", [])} - {None})
+    if not nodes:
+        raise KueueError(f"workload {meta.get('name')}: no pod has a node; nothing ran")
+    start = _ts((conds.get("PodsReady") or conds.get("Admitted") or {}).get("lastTransitionTime"))
+    ended = conds.get("Finished") or conds.get("Evicted") or {}
+    end = _ts(ended.get("lastTransitionTime")) or datetime.now(timezone.utc)
+    state = "Evicted" if conds.get("Evicted", {}).get("status") == "True" else (
+        f"Finished:{ended.get('reason')}" if ended else "Running")
+    codes = [((cs.get("state") or {}).get("terminated") or {}).get("exitCode")
+             for p in objects["pods"].get("items", []) for cs in (p.get("status") or {}).get("containerStatuses") or []]
+    exit_code = next((str(c) for c in codes if c not in (None, 0)), "0" if codes else None)
+    return AttemptScope(cluster=cluster, scheduler="kueue", job_id=meta.get("name"),
+                        attempt=int(((status.get("requeueState") or {}).get("count")) or 0), nodes=nodes,
+                        start=start or end, end=end, state=state, exit_code=exit_code)
+
+
+def collect(src: KueueSource, scope: AttemptScope, staging: str, transport: httpx.BaseTransport | None = None,
+            objects: dict[str, Any] | None = None) -> Coverage:
+    started = time.monotonic()
+    try:
+        objects = objects or fetch(src, scope.job_id, transport)
+    except KueueError as exc:
+        return Coverage(source="kueue", connector=CONNECTOR, status=CoverageStatus.error, error=str(exc),
+                        duration_ms=int((time.monotonic() - started) * 1000))
+    obs: list[Observation] = []
+    ref = f"kubernetes:{src.namespace}"
+    obs += sr.workload_observations(objects["workload"], f"{ref}/workloads/{scope.job_id}", CONNECTOR)
+    obs += sr.pod_observations(objects["pods"], f"{ref}/pods", CONNECTOR)
+    obs += sr.event_observations(objects["events"], f"{ref}/events", CONNECTOR)
+    obs += sr.node_observations(objects["nodes"], "kubernetes:nodes", CONNECTOR)
+    con = connect(staging)
+    try:
+        insert_observations(con, obs)
+    finally:
+        con.close()
+    missing_nodes = sorted(set(scope.nodes) - {(n.get("metadata") or {}).get("name") for n in objects["nodes"]["items"]})
+    return Coverage(source="kueue", connector=CONNECTOR,
+                    status=CoverageStatus.partial if missing_nodes else CoverageStatus.ok,
+                    observations=len(obs), nodes=sorted(set(scope.nodes) - set(missing_nodes)),
+                    duration_ms=int((time.monotonic() - started) * 1000),
+                    details={"pods": len(objects["pods"].get("items", [])), "nodes_not_found": missing_nodes})

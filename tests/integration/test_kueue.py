@@ -1,0 +1,100 @@
+"""Kueue/Kubernetes connector against an API stand-in (no kube-apiserver can run here; see
+tests/services/kube_standin.py) serving the recorded objects of the Kueue example bundles."""
+
+import pytest
+
+from attribution.models import CoverageStatus
+from connectors import TransientSourceError
+from connectors.kueue import KueueSource, collect, fetch, scope_from
+from connectors.staging import create_staging, release_staging
+from rules.pack import default_pack
+from tests.conftest import EXAMPLES
+from tests.services.kube_standin import KubeStandIn
+
+OOM = EXAMPLES / "host_oom_kueue-1-0"
+PREEMPTED = EXAMPLES / "kueue_preempted-1-0"
+
+
+@pytest.fixture(scope="module")
+def api():
+    server = KubeStandIn(namespace="llm-train", token="s3cret").start()
+    import json
+
+    for b in (OOM, PREEMPTED):
+        name = json.loads((b / "scheduler" / "workload.json").read_text())["metadata"]["name"]
+        server.load_bundle(b / "scheduler", {"kueue.x-k8s.io/workload-name": name})
+    yield server
+    server.stop()
+
+
+def _src(api, **kw):
+    return KueueSource(url=api.url, namespace="llm-train", **kw)
+
+
+@pytest.fixture(autouse=True)
+def token(monkeypatch):
+    monkeypatch.setenv("KUBE_TOKEN", "s3cret")
+
+
+def _diagnose(bundle, api):
+    from connectors.bundle import collect as bundle_collect
+    from tasks.steps import Scoped, SourceResult, attribute, store_observations
+
+    import yaml
+
+    objects = fetch(_src(api), yaml.safe_load((bundle / "attempt.yaml").read_text())["job_id"])
+    scope = scope_from(objects, cluster="eos")
+    staging = create_staging(scope)
+    try:
+        pack = default_pack()
+        results = [SourceResult(collect(_src(api), scope, staging, objects=objects))]
+        for s in ("app", "syslog", "metrics"):
+            got = bundle_collect(bundle, scope, s, staging, pack.prefilter(s))
+            results.append(SourceResult(got.coverage, got.notes, {k: str(v) for k, v in got.files.items()}))
+        scoped = Scoped(bundle=str(bundle), scope=scope, staging=staging, sources=[])
+        return scope, attribute(scoped, store_observations(scoped, results), pack)
+    finally:
+        release_staging(staging)
+
+
+def test_scopes_a_workload_from_the_api(api):
+    objects = fetch(_src(api), "pytorchjob-moe-8x22b-b9d4b")
+    scope = scope_from(objects, cluster="eos")
+    assert scope.nodes == ["trn-111", "trn-112", "trn-113", "trn-114"]
+    assert scope.state == "Finished:Failed" and scope.exit_code == "1"
+    assert scope.start.isoformat() == "2026-11-02T18:57:34+00:00" and scope.end.isoformat() == "2026-11-02T21:17:41+00:00"
+
+
+def test_oomkilled_pod_from_the_api_is_host_oom(api):
+    _, d = _diagnose(OOM, api)
+    assert (d.terminal_state, d.sub_domain, d.affected_nodes) == ("application_failure", "host_oom", [])
+    assert {c.source: c.connector for c in d.coverage}["kueue"] == "kubernetes"
+
+
+def test_preemption_from_the_api(api):
+    _, d = _diagnose(PREEMPTED, api)
+    assert (d.terminal_state, d.sub_domain) == ("scheduler_action", "preemption")
+
+
+def test_wrong_token_is_an_error_not_a_crash(api, monkeypatch):
+    from attribution.models import AttemptScope
+
+    monkeypatch.setenv("KUBE_TOKEN", "wrong")
+    scope = AttemptScope(cluster="c", scheduler="kueue", job_id="pytorchjob-moe-8x22b-b9d4b", attempt=0, nodes=["trn-111"],
+                         start="2026-11-02T18:00:00Z", end="2026-11-02T22:00:00Z", state="Failed")
+    staging = create_staging(scope)
+    try:
+        cov = collect(_src(api), scope, staging)
+        assert cov.status == CoverageStatus.error and "not authorised" in cov.error
+        missing = scope.model_copy(update={"job_id": "no-such-workload"})
+        monkeypatch.setenv("KUBE_TOKEN", "s3cret")
+        cov = collect(_src(api), missing, staging)
+        assert cov.status == CoverageStatus.error and "not found" in cov.error
+        api.fail_next.append((503, "{}"))
+        with pytest.raises(TransientSourceError):
+            collect(_src(api), scope, staging)
+        api.fail_next.append((200, "<html>"))
+        cov = collect(_src(api), scope, staging)
+        assert cov.status == CoverageStatus.error and "not JSON" in cov.error
+    finally:
+        release_staging(staging)

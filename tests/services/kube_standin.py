@@ -1,0 +1,103 @@
+"""A stand-in for the Kubernetes API server (with Kueue's Workload API).
+
+No kube-apiserver runs on these machines (no package provides one; kind/k3s need Docker or
+downloads), so this serves recorded objects the way the API does: GET .../workloads/{name}
+(kueue.x-k8s.io/v1beta1), pod lists with equality label selectors, event lists with
+involvedObject field selectors, GET /api/v1/nodes/{name}; `*List` kinds with metadata, 404/401 as
+`Status` objects; bearer-token authentication when a token is set. `fail_next` injects faults.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+
+def _status(code: int, reason: str, message: str) -> str:
+    return json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                       "message": message, "reason": reason, "code": code})
+
+
+def _selector(expr: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in expr.split(",") if "=" in part) if expr else {}
+
+
+class KubeStandIn:
+    def __init__(self, namespace: str = "default", token: str | None = None):
+        self.namespace, self.token = namespace, token
+        self.workloads: dict[str, dict] = {}
+        self.pods: list[dict] = []
+        self.events: list[dict] = []
+        self.nodes: dict[str, dict] = {}
+        self.fail_next: list[tuple[int, str]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, code: int, body: str):
+                data = body.encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if outer.fail_next:
+                    code, body = outer.fail_next.pop(0)
+                    return self._send(code, body)
+                if outer.token and self.headers.get("Authorization") != f"Bearer {outer.token}":
+                    return self._send(401, _status(401, "Unauthorized", "Unauthorized"))
+                u = urlparse(self.path)
+                q = {k: v[0] for k, v in parse_qs(u.query).items()}
+                parts = u.path.strip("/").split("/")
+                ns = outer.namespace
+                if u.path.startswith(f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/workloads/"):
+                    wl = outer.workloads.get(parts[-1])
+                    if wl is None:
+                        return self._send(404, _status(404, "NotFound", f'workloads.kueue.x-k8s.io "{parts[-1]}" not found'))
+                    return self._send(200, json.dumps(wl))
+                if u.path == f"/api/v1/namespaces/{ns}/pods":
+                    want = _selector(q.get("labelSelector", ""))
+                    items = [p for p in outer.pods
+                             if all(((p.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in want.items())]
+                    return self._send(200, json.dumps({"kind": "PodList", "apiVersion": "v1",
+                                                       "metadata": {"resourceVersion": "1"}, "items": items}))
+                if u.path == f"/api/v1/namespaces/{ns}/events":
+                    want = {k.split(".", 1)[1]: v for k, v in _selector(q.get("fieldSelector", "")).items()}
+                    items = [e for e in outer.events
+                             if all((e.get("involvedObject") or {}).get(k) == v for k, v in want.items())]
+                    return self._send(200, json.dumps({"kind": "EventList", "apiVersion": "v1",
+                                                       "metadata": {"resourceVersion": "1"}, "items": items}))
+                if u.path.startswith("/api/v1/nodes/"):
+                    node = outer.nodes.get(parts[-1])
+                    if node is None:
+                        return self._send(404, _status(404, "NotFound", f'nodes "{parts[-1]}" not found'))
+                    return self._send(200, json.dumps(node))
+                return self._send(404, _status(404, "NotFound", "the server could not find the requested resource"))
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def load_bundle(self, scheduler_dir, pod_labels: dict[str, str]) -> None:
+        """Serve a bundle's scheduler/*.json (pods get the labels a real job controller would set)."""
+        wl = json.loads((scheduler_dir / "workload.json").read_text())
+        self.workloads[wl["metadata"]["name"]] = wl
+        for p in json.loads((scheduler_dir / "pods.json").read_text())["items"]:
+            p.setdefault("metadata", {}).setdefault("labels", {}).update(pod_labels)
+            self.pods.append(p)
+        self.events += json.loads((scheduler_dir / "events.json").read_text())["items"]
+        for n in json.loads((scheduler_dir / "nodes.json").read_text())["items"]:
+            self.nodes[n["metadata"]["name"]] = n
+
+    def start(self) -> "KubeStandIn":
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
