@@ -1,0 +1,200 @@
+"""Slurm connector: scope a job attempt and collect its scheduler record.
+
+Two ways in, the same answer: slurmrestd (JWT; the API version is negotiated from what the
+server's /openapi offers) or the CLI (`sacct --json`, `sacct -P`) with a subprocess deadline.
+Slurm 22.05's data parser reports exit codes of failed jobs as SUCCESS in `sacct --json` and
+/slurmdb/...; the raw wait status comes from /slurm/<v>/job/<id> (while slurmctld still holds the
+job) or from `sacct -P` text, and replaces the parsed one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, Field
+
+from attribution.models import AttemptScope, Coverage, CoverageStatus
+from connectors import TransientSourceError
+from connectors import scheduler_records as sr
+from connectors.hostlist import expand_hostlist
+from connectors.staging import connect, insert_observations
+
+CONNECTOR = "slurm"
+KNOWN_VERSIONS = ["v0.0.41", "v0.0.40", "v0.0.39", "v0.0.38"]
+FAILED_STATES = ["FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "PREEMPTED", "BOOT_FAIL", "DEADLINE"]
+
+
+class SlurmError(ValueError):
+    pass
+
+
+class SlurmSource(BaseModel):
+    rest_url: str | None = Field(default=None, description="slurmrestd URL; without it the CLI is used")
+    user: str = "root"
+    token_env: str = Field("SLURMRESTD_TOKEN", description="env var holding the JWT (never SLURM_JWT)")
+    timeout_s: float = Field(15.0, gt=0)
+    sacct: str = "sacct"
+    cluster: str | None = None
+
+
+def _job_id_ok(job_id: str) -> str:
+    if not re.fullmatch(r"\d+(?:_\d+)?(?:\+\d+)?", str(job_id)):
+        raise SlurmError(f"not a Slurm job id: {job_id!r}")
+    return str(job_id)
+
+
+class Rest:
+    def __init__(self, src: SlurmSource, transport: httpx.BaseTransport | None = None):
+        token = os.environ.get(src.token_env, "")
+        self.token_env = src.token_env
+        self.client = httpx.Client(base_url=src.rest_url.rstrip("/"), transport=transport,
+                                   timeout=httpx.Timeout(src.timeout_s, connect=min(5.0, src.timeout_s)),
+                                   headers={"X-SLURM-USER-NAME": src.user, "X-SLURM-USER-TOKEN": token})
+        self.version = self._negotiate()
+
+    def _get(self, path: str, params: dict | None = None) -> Any:
+        try:
+            r = self.client.get(path, params=params)
+        except httpx.TimeoutException:
+            raise TransientSourceError(f"slurmrestd: {path} timed out", "timeout") from None
+        except httpx.TransportError as exc:
+            raise TransientSourceError(f"slurmrestd: {type(exc).__name__}: {exc}") from None
+        if r.status_code == 429 or r.status_code >= 502:
+            raise TransientSourceError(f"slurmrestd: HTTP {r.status_code} for {path}")
+        if r.status_code == 401:
+            raise SlurmError(f"slurmrestd: HTTP 401 for {path}: authentication failed (token from ${self.token_env})")
+        try:
+            body = r.json()
+        except ValueError:
+            raise SlurmError(f"slurmrestd: HTTP {r.status_code} for {path}: body is not JSON") from None
+        errors = [e for e in body.get("errors") or [] if isinstance(e, dict)]
+        if r.status_code >= 400 or errors:
+            msg = "; ".join(str(e.get("error") or e.get("description") or e) for e in errors) or r.text[:200]
+            raise SlurmError(f"slurmrestd: HTTP {r.status_code} for {path}: {msg}")
+        return body
+
+    def _negotiate(self) -> str:
+        spec = self._get("/openapi")
+        offered = {m.group(1) for p in spec.get("paths", {}) for m in [re.match(r"^/slurm/(v[\d.]+)/", p)] if m}
+        for v in KNOWN_VERSIONS:
+            if v in offered:
+                return v
+        raise SlurmError(f"slurmrestd offers no API version this connector knows ({sorted(offered)})")
+
+    def db_job(self, job_id: str) -> dict:
+        return self._get(f"/slurmdb/{self.version}/job/{job_id}")
+
+    def ctl_job(self, job_id: str) -> dict | None:
+        try:
+            body = self._get(f"/slurm/{self.version}/job/{job_id}")
+        except SlurmError:
+            return None  # aged out of slurmctld (MinJobAge): accounting still has it
+        jobs = body.get("jobs") or []
+        return jobs[0] if jobs else None
+
+    def db_jobs(self, start: datetime, end: datetime) -> dict:
+        return self._get(f"/slurmdb/{self.version}/jobs",
+                         {"start_time": int(start.timestamp()), "end_time": int(end.timestamp())})
+
+
+def _run(src: SlurmSource, args: list[str]) -> str:
+    try:
+        out = subprocess.run([src.sacct, *args], capture_output=True, text=True, timeout=src.timeout_s)
+    except subprocess.TimeoutExpired:
+        raise TransientSourceError(f"sacct did not answer within {src.timeout_s:g}s", "timeout") from None
+    except FileNotFoundError:
+        raise SlurmError(f"{src.sacct}: not installed") from None
+    if out.returncode != 0:
+        msg = (out.stderr or out.stdout).strip().splitlines()
+        raise (TransientSourceError if "Connection refused" in (out.stderr or "") else SlurmError)(
+            f"sacct failed: {msg[0] if msg else out.returncode}")
+    return out.stdout
+
+
+def _raw_exit_cli(src: SlurmSource, job_id: str) -> str | None:
+    text = _run(src, ["-P", "-n", "-X", "-j", job_id, "-o", "ExitCode"])
+    line = text.strip().splitlines()
+    return line[0].strip() if line else None
+
+
+def job_document(src: SlurmSource, job_id: str, transport: httpx.BaseTransport | None = None) -> tuple[dict, str | None]:
+    """The job's accounting record (sacct --json shape) and its true exit code 'rc:signal'."""
+    job_id = _job_id_ok(job_id)
+    if src.rest_url:
+        rest = Rest(src, transport)
+        doc = rest.db_job(job_id)
+        ctl = rest.ctl_job(job_id)
+        raw = ctl.get("exit_code") if ctl else None
+        exit_code = f"{raw >> 8}:{raw & 0x7F}" if isinstance(raw, int) else _try_cli_exit(src, job_id)
+        return doc, exit_code
+    doc = json.loads(_run(src, ["--json", "-j", job_id]))
+    return doc, _raw_exit_cli(src, job_id)
+
+
+def _try_cli_exit(src: SlurmSource, job_id: str) -> str | None:
+    try:
+        return _raw_exit_cli(src, job_id)
+    except (SlurmError, TransientSourceError):
+        return None
+
+
+def scope_job(src: SlurmSource, cluster: str, job_id: str, transport: httpx.BaseTransport | None = None) -> AttemptScope:
+    doc, exit_code = job_document(src, job_id, transport)
+    obs, facts = sr.sacct_observations(doc, job_id, "slurm", CONNECTOR)
+    if not facts.get("nodes"):
+        raise SlurmError(f"job {job_id} never ran on a node (state {facts.get('state')})")
+    job = next(o for o in obs if o.kind == "sacct_job").attrs
+    end = facts.get("end") or datetime.now(timezone.utc)
+    return AttemptScope(cluster=cluster, scheduler="slurm", job_id=str(job_id), attempt=int(job.get("restarts") or 0),
+                        name=job.get("name"), nodes=facts["nodes"], start=facts.get("start") or end, end=end,
+                        state=facts["state"], exit_code=exit_code)
+
+
+def collect(src: SlurmSource, scope: AttemptScope, staging: str, transport: httpx.BaseTransport | None = None) -> Coverage:
+    started = time.monotonic()
+    try:
+        doc, exit_code = job_document(src, scope.job_id, transport)
+        obs, facts = sr.sacct_observations(doc, scope.job_id, f"slurm:{'rest' if src.rest_url else 'sacct'}", CONNECTOR)
+    except (SlurmError, sr.RecordError, json.JSONDecodeError) as exc:
+        return Coverage(source="sacct", connector=CONNECTOR, status=CoverageStatus.error, error=str(exc).splitlines()[0],
+                        duration_ms=int((time.monotonic() - started) * 1000))
+    for o in obs:
+        if o.kind == "sacct_job" and exit_code:
+            rc, _, sig = exit_code.partition(":")
+            o.attrs["exit_code_parsed"] = o.attrs.get("exit_code")
+            o.attrs["exit_code"] = {"status": "RAW", "return_code": int(rc or 0), "signal": int(sig or 0)}
+            o.attrs["exit_code_text"] = exit_code
+    con = connect(staging)
+    try:
+        insert_observations(con, obs)
+    finally:
+        con.close()
+    return Coverage(source="sacct", connector=CONNECTOR, status=CoverageStatus.ok, observations=len(obs),
+                    nodes=facts.get("nodes") or [], duration_ms=int((time.monotonic() - started) * 1000),
+                    details={"slurm_release": facts.get("slurm_release"), "exit_code": exit_code,
+                             "via": "slurmrestd" if src.rest_url else "sacct"})
+
+
+def discover_failed(src: SlurmSource, start: datetime, end: datetime,
+                    transport: httpx.BaseTransport | None = None) -> list[dict[str, Any]]:
+    """Attempts that ended in a failure state inside [start, end): for backfills."""
+    if src.rest_url:
+        doc = Rest(src, transport).db_jobs(start, end)
+    else:
+        doc = json.loads(_run(src, ["--json", "-X", "-S", start.strftime("%Y-%m-%dT%H:%M:%S"),
+                                    "-E", end.strftime("%Y-%m-%dT%H:%M:%S"), "--state", ",".join(FAILED_STATES)]))
+    out = []
+    for job in doc.get("jobs") or []:
+        state = sr._state(job.get("state"))
+        ended = sr._epoch((job.get("time") or {}).get("end"))
+        if state.split()[0] in FAILED_STATES and ended and start <= ended < end:
+            out.append({"job_id": str(job.get("job_id")), "state": state, "end": ended,
+                        "nodes": expand_hostlist(job.get("nodes")), "restarts": job.get("restart_cnt") or 0})
+    return sorted(out, key=lambda j: j["end"])

@@ -1,0 +1,158 @@
+"""Slurm connector against a real Slurm 22.05: slurmctld, 4 slurmd, slurmdbd + MariaDB, slurmrestd
+(JWT), started by tests/services/slurm_up.sh (installed and started for CI by .ci/run's test run)."""
+
+import os
+import shutil
+import subprocess
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from attribution.models import CoverageStatus
+from connectors import TransientSourceError
+from connectors.slurm import SlurmError, SlurmSource, collect, discover_failed, scope_job
+from connectors.staging import connect, create_staging, release_staging
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = Path(os.environ.get("ATTRIBUTION_SLURM_BASE", "/tmp/attribution-slurm"))
+
+
+def _env() -> dict[str, str]:
+    env = {}
+    for line in (BASE / "env.sh").read_text().splitlines():
+        k, _, v = line.removeprefix("export ").partition("=")
+        env[k] = v
+    return env
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    if os.geteuid() != 0 or (not shutil.which("apt-get") and not shutil.which("slurmctld")):
+        if os.environ.get("CI"):
+            pytest.fail("real Slurm needs root and apt (or installed packages)")
+        pytest.skip("real Slurm needs root")
+    up = subprocess.run(["bash", str(ROOT / "tests/services/slurm_up.sh"), str(BASE)], capture_output=True, text=True,
+                        timeout=600)
+    if up.returncode != 0:
+        pytest.fail(f"slurm_up.sh failed: {up.stderr[-2000:]}")
+    env = _env()
+    os.environ.update({k: env[k] for k in ("SLURM_CONF", "SLURMRESTD_TOKEN")})
+    yield env
+    subprocess.run(["bash", str(ROOT / "tests/services/slurm_down.sh"), str(BASE)], capture_output=True, timeout=120)
+
+
+def sbatch(env, *args) -> str:
+    out = subprocess.run(["sbatch", "--parsable", "-o", f"{env['SLURM_TEST_JOBDIR']}/%j.out", *args],
+                         capture_output=True, text=True, check=True, env={**os.environ, "SLURM_CONF": env["SLURM_CONF"]})
+    return out.stdout.strip().split(";")[0]
+
+
+def wait_for(env, job_id, states, timeout=150) -> str:
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,NodeList,End"], capture_output=True,
+                             text=True, env={**os.environ, "SLURM_CONF": env["SLURM_CONF"]}).stdout.strip()
+        state = out.split("|")[0] if out else ""
+        if any(state.startswith(s) for s in states) and "Unknown" not in out:
+            time.sleep(3)  # the accounting record is eventually consistent (node list, end time)
+            return state
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} still {state!r} after {timeout}s")
+
+
+@pytest.fixture(scope="module")
+def jobs(slurm):
+    ids = {"timeout": sbatch(slurm, "--time=1", "--wrap", "sleep 300")}  # the 60-90 s one first
+    ids["multi_fail"] = sbatch(slurm, "-N2", "--no-requeue", "--wrap",
+                               'srun bash -c "if [ \\$SLURM_PROCID = 1 ]; then exit 7; fi; sleep 2"')
+    ids["ok"] = sbatch(slurm, "--wrap", "true")
+    ids["cancel"] = sbatch(slurm, "--wrap", "sleep 120")
+    ids["node_fail"] = sbatch(slurm, "-w", "node04", "--no-requeue", "--wrap", "sleep 120")
+    env = {**os.environ, "SLURM_CONF": slurm["SLURM_CONF"]}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # only a RUNNING job fails with its node; a pending one just waits
+        states = subprocess.run(["squeue", "-h", "-j", f"{ids['cancel']},{ids['node_fail']}", "-o", "%T"], env=env,
+                                capture_output=True, text=True).stdout.split()
+        if states == ["RUNNING", "RUNNING"]:
+            break
+        time.sleep(0.3)
+    subprocess.run(["scancel", ids["cancel"]], check=True, env=env)
+    subprocess.run(["scontrol", "update", "nodename=node04", "state=down", "reason=Xid 79 GPU fell off the bus"],
+                   check=True, env=env)
+    wait_for(slurm, ids["node_fail"], ["NODE_FAIL"])
+    subprocess.run(["scontrol", "update", "nodename=node04", "state=resume"], env=env)
+    for name, state in (("multi_fail", ["FAILED"]), ("ok", ["COMPLETED"]), ("cancel", ["CANCELLED"])):
+        wait_for(slurm, ids[name], state)
+    return ids
+
+
+@pytest.mark.parametrize("via", ["rest", "cli"])
+def test_scopes_a_failed_multinode_job_with_its_true_exit_code(slurm, jobs, via):
+    src = SlurmSource(rest_url=slurm["SLURMRESTD_URL"] if via == "rest" else None)
+    scope = scope_job(src, "ci", jobs["multi_fail"])
+    from connectors.hostlist import expand_hostlist
+
+    nodelist = subprocess.run(["sacct", "-n", "-P", "-X", "-j", jobs["multi_fail"], "-o", "NodeList"], capture_output=True,
+                              text=True, env={**os.environ, "SLURM_CONF": slurm["SLURM_CONF"]}).stdout.strip()
+    assert len(scope.nodes) == 2 and scope.nodes == expand_hostlist(nodelist) and scope.state == "FAILED"
+    assert scope.exit_code == "7:0"  # 22.05's sacct --json says SUCCESS here; the raw status says 7
+    assert scope.end >= scope.start
+
+
+@pytest.mark.parametrize("name,state,exit_code", [("ok", "COMPLETED", "0:0"), ("cancel", "CANCELLED", None),
+                                                  ("node_fail", "NODE_FAIL", None)])
+def test_terminal_states(slurm, jobs, name, state, exit_code):
+    scope = scope_job(SlurmSource(rest_url=slurm["SLURMRESTD_URL"]), "ci", jobs[name])
+    assert scope.state.startswith(state)
+    if exit_code:
+        assert scope.exit_code == exit_code
+    if name == "node_fail":
+        assert scope.nodes == ["node04"]
+
+
+def test_collect_feeds_the_rules(slurm, jobs):
+    from rules.engine import Settings, prepare, run_phases
+    from rules.pack import default_pack
+
+    src = SlurmSource(rest_url=slurm["SLURMRESTD_URL"])
+    scope = scope_job(src, "ci", jobs["node_fail"])
+    staging = create_staging(scope)
+    try:
+        cov = collect(src, scope, staging)
+        assert cov.status == CoverageStatus.ok and cov.details["via"] == "slurmrestd"
+        con = connect(staging)
+        pack = default_pack()
+        prepare(con, pack, Settings())
+        run_phases(con, pack, Settings(), prepared=True)
+        v = con.execute("SELECT terminal_state, sub_domain FROM verdict").fetchone()
+        con.close()
+        assert v == ("infrastructure_failure", "node_unreachable")
+    finally:
+        release_staging(staging)
+
+
+def test_discovers_failed_attempts_in_a_window(slurm, jobs):
+    now = datetime.now(timezone.utc)
+    found = {j["job_id"]: j["state"] for j in discover_failed(SlurmSource(), now - timedelta(hours=1), now + timedelta(minutes=1))}
+    assert found[jobs["multi_fail"]] == "FAILED" and found[jobs["node_fail"]] == "NODE_FAIL"
+    assert jobs["ok"] not in found
+
+
+def test_timeout(slurm, jobs):
+    wait_for(slurm, jobs["timeout"], ["TIMEOUT"], timeout=180)
+    assert scope_job(SlurmSource(rest_url=slurm["SLURMRESTD_URL"]), "ci", jobs["timeout"]).state == "TIMEOUT"
+
+
+def test_faults(slurm, jobs, monkeypatch):
+    monkeypatch.setenv("SLURMRESTD_TOKEN", "not-a-token")
+    with pytest.raises(SlurmError):
+        scope_job(SlurmSource(rest_url=slurm["SLURMRESTD_URL"]), "ci", jobs["ok"])
+    with pytest.raises(TransientSourceError):
+        scope_job(SlurmSource(rest_url="http://127.0.0.1:9", timeout_s=1), "ci", jobs["ok"])
+    with pytest.raises(SlurmError, match="not a Slurm job id"):
+        scope_job(SlurmSource(), "ci", "1; rm -rf /")
+    with pytest.raises(SlurmError, match="not installed"):
+        scope_job(SlurmSource(sacct="/nonexistent/sacct"), "ci", jobs["ok"])

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# A real Slurm 22.05 (Debian 12 packages) on this host for the connector tests: munged, MariaDB +
+# slurmdbd (so sacct works), slurmctld, N slurmd (fake nodes node01..NN, one port each) and
+# slurmrestd with JWT on 127.0.0.1. No systemd here: every daemon is started by hand and its PID
+# recorded in $BASE/pids for slurm_down.sh. Prints nothing on success but the env file's path.
+#
+#   bash tests/services/slurm_up.sh [BASE]      (BASE default /tmp/attribution-slurm)
+#   source $BASE/env.sh                          (SLURM_CONF, SLURMRESTD_URL, SLURMRESTD_TOKEN)
+#
+# Traps this avoids (measured on these machines): slurmrestd refuses root (-u drops privileges);
+# SLURM_JWT must never be exported where sbatch/srun run (the job inherits it and srun fails), so
+# the token is exported as SLURMRESTD_TOKEN; slurmdbd.conf must be owned by SlurmUser, mode 600;
+# PID 1 reaps orphans lazily, so "alive" means "exists and is not a zombie".
+set -euo pipefail
+BASE=${1:-/tmp/attribution-slurm}
+NODES=${SLURM_NODES:-4}
+CLUSTER=${SLURM_CLUSTER:-ci}
+REST_PORT=${SLURM_REST_PORT:-6820}
+DB_PORT=${SLURM_DB_PORT:-33061}
+S=$BASE/slurm
+log() { echo "[slurm_up] $*" >&2; }
+fail() { echo "[slurm_up] ERROR: $*" >&2; exit 1; }
+until_ok() { local n=$1; shift; for _ in $(seq 1 $((n * 10))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
+daemon() { # daemon NAME LOG CMD...: a non-forking process in its own session, PID recorded
+  local name=$1 out=$2; shift 2
+  setsid sh -c 'echo $$ > "$0"; exec "$@"' "$BASE/$name.pid" "$@" </dev/null >"$out" 2>&1 &
+  until_ok 5 test -s "$BASE/$name.pid" || fail "$name did not start"
+  echo "$name $(cat "$BASE/$name.pid")" >> "$BASE/pids"
+}
+
+[ "$(id -u)" = 0 ] || fail "needs root"
+# a previous run's daemons would hold the ports and files: stop them first
+[ -s "$BASE/pids" ] && bash "$(dirname "$0")/slurm_down.sh" "$BASE"
+if ! command -v slurmctld >/dev/null || ! command -v slurmrestd >/dev/null || ! command -v mariadbd >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  pkgs="slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin slurmdbd mariadb-server"
+  apt-get install -y -qq --no-install-recommends $pkgs >/dev/null 2>&1 \
+    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends $pkgs >/dev/null; }
+fi
+mkdir -p "$BASE" "$S"/{etc,state,spool,log,run,rest}
+: > "$BASE/pids"
+chown -R slurm:slurm "$S/state" "$S/log" "$S/run"
+
+# munge
+[ -s /etc/munge/munge.key ] || { install -d -o munge -g munge -m 0700 /etc/munge
+  dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+  chown munge:munge /etc/munge/munge.key; chmod 0400 /etc/munge/munge.key; }
+install -d -o munge -g munge -m 0755 /run/munge
+if ! (munge -n | unmunge) >/dev/null 2>&1; then
+  runuser -u munge -- /usr/sbin/munged
+  until_ok 5 sh -c 'munge -n | unmunge' || fail "munge does not work"
+  echo "munged $(cat /run/munge/munged.pid)" >> "$BASE/pids"
+fi
+
+# configuration: daemons on loopback only when the host name resolves there
+if getent ahostsv4 "$(hostname)" | awk '{print $1; exit}' | grep -q '^127\.'; then
+  BIND="CommunicationParameters=NoInAddrAny,NoCtldInAddrAny"
+else
+  BIND=""
+fi
+[ -s "$S/etc/jwt.key" ] || dd if=/dev/urandom of="$S/etc/jwt.key" bs=32 count=1 status=none
+chown slurm:slurm "$S/etc/jwt.key"; chmod 0600 "$S/etc/jwt.key"
+LAST=$(printf '%02d' "$NODES")
+cat > "$S/etc/slurm.conf" <<EOF
+ClusterName=$CLUSTER
+SlurmctldHost=localhost
+SlurmUser=slurm
+AuthType=auth/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$S/etc/jwt.key
+$BIND
+StateSaveLocation=$S/state
+SlurmdSpoolDir=$S/spool/%n
+SlurmctldPidFile=$S/run/slurmctld.pid
+SlurmdPidFile=$S/run/slurmd-%n.pid
+SlurmctldLogFile=$S/log/slurmctld.log
+SlurmdLogFile=$S/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/linux
+SelectType=select/cons_tres
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=1
+SlurmdTimeout=30
+MinJobAge=3600
+KillWait=2
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+NodeName=node[01-$LAST] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[17001-$((17000 + NODES))] CPUs=$(nproc) RealMemory=2000
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+export SLURM_CONF=$S/etc/slurm.conf
+
+# MariaDB in a private data directory, then slurmdbd
+M=$BASE/mysql
+mkdir -p "$M/run"; chown -R mysql:mysql "$M"
+[ -d "$M/data/mysql" ] || mariadb-install-db --user=mysql --datadir="$M/data" --auth-root-authentication-method=socket \
+  --skip-test-db >"$M/install.log" 2>&1 || fail "mariadb-install-db failed: $(tail -3 "$M/install.log")"
+daemon mariadbd "$M/out.log" mariadbd --no-defaults --user=mysql --datadir="$M/data" --socket="$M/run/sock" \
+  --bind-address=127.0.0.1 --port="$DB_PORT" --innodb-buffer-pool-size=128M --innodb-log-file-size=64M \
+  --innodb-lock-wait-timeout=900 --log-error="$M/error.log"
+until_ok 30 mariadb-admin --socket="$M/run/sock" ping || fail "mariadbd not ready"
+mariadb --socket="$M/run/sock" -u root -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+  CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';
+  GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
+cat > "$S/etc/slurmdbd.conf" <<EOF
+AuthType=auth/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$S/etc/jwt.key
+DbdHost=localhost
+SlurmUser=slurm
+LogFile=$S/log/slurmdbd.log
+PidFile=$S/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=slurm
+StorageLoc=slurm_acct_db
+$BIND
+EOF
+chown slurm:slurm "$S/etc/slurmdbd.conf"; chmod 0600 "$S/etc/slurmdbd.conf"
+/usr/sbin/slurmdbd
+until_ok 30 test -s "$S/run/slurmdbd.pid" || fail "slurmdbd did not start: $(tail -3 "$S/log/slurmdbd.log")"
+echo "slurmdbd $(cat "$S/run/slurmdbd.pid")" >> "$BASE/pids"
+until_ok 30 sacctmgr -n list cluster || fail "slurmdbd does not answer"
+sacctmgr -i add cluster "$CLUSTER" >/dev/null 2>&1 || true
+
+# controller and N nodes
+/usr/sbin/slurmctld -c   # -c: start from a clean state (no nodes left DOWN by an earlier run)
+until_ok 30 scontrol ping || fail "slurmctld does not answer: $(tail -3 "$S/log/slurmctld.log")"
+echo "slurmctld $(cat "$S/run/slurmctld.pid")" >> "$BASE/pids"
+for i in $(seq 1 "$NODES"); do
+  n=node$(printf '%02d' "$i"); mkdir -p "$S/spool/$n"
+  /usr/sbin/slurmd -N "$n"
+  until_ok 15 test -s "$S/run/slurmd-$n.pid" || fail "slurmd $n did not start"
+  echo "slurmd-$n $(cat "$S/run/slurmd-$n.pid")" >> "$BASE/pids"
+done
+until_ok 30 sh -c "[ \$(sinfo -h -N -t idle -o %N | sort -u | wc -l) -ge $NODES ]" || fail "nodes not idle: $(sinfo)"
+
+# REST with JWT (the caller's token is forwarded: SLURM_JWT=daemon only in slurmrestd's own env)
+id slurmrest >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin slurmrest
+daemon slurmrestd "$S/log/slurmrestd.log" env SLURM_JWT=daemon slurmrestd -u slurmrest -a rest_auth/jwt \
+  -s openapi/v0.0.38,openapi/dbv0.0.38 "127.0.0.1:$REST_PORT"
+TOKEN=$(scontrol token username=root lifespan=86400 | sed 's/^SLURM_JWT=//')
+until_ok 15 curl -sf -H "X-SLURM-USER-NAME: root" -H "X-SLURM-USER-TOKEN: $TOKEN" \
+  "http://127.0.0.1:$REST_PORT/slurm/v0.0.38/ping" || fail "slurmrestd does not answer"
+mkdir -p "$S/jobs"; chmod 0777 "$S/jobs"
+cat > "$BASE/env.sh" <<EOF
+export SLURM_CONF=$S/etc/slurm.conf
+export SLURM_TEST_JOBDIR=$S/jobs
+export SLURMRESTD_URL=http://127.0.0.1:$REST_PORT
+export SLURMRESTD_USER=root
+export SLURMRESTD_TOKEN=$TOKEN
+EOF
+echo "$BASE/env.sh"
