@@ -73,43 +73,88 @@ def cmd_diagnose(args) -> int:
     except RuleFileError as exc:
         raise BadInput(str(exc)) from None
     settings = Settings(**cfg.rules.model_dump())
+    live_args = dict(job_id=args.job, nodes=None, start=None, end=None)
+    if args.job or args.nodes:
+        if args.bundles:
+            raise BadInput("give bundle directories or --job / --nodes, not both")
+        if args.nodes:
+            if args.job or not (args.start and args.end):
+                raise BadInput("--nodes needs --start and --end (and no --job)")
+            try:
+                from datetime import datetime
+                live_args.update(nodes=[n for n in args.nodes.split(",") if n],
+                                 start=datetime.fromisoformat(args.start.replace("Z", "+00:00")),
+                                 end=datetime.fromisoformat(args.end.replace("Z", "+00:00")))
+            except ValueError as exc:
+                raise BadInput(f"--start/--end: {exc}") from None
+        try:
+            cluster_name, cluster = cfg.cluster(args.cluster)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+        targets = [args.job or f"{args.nodes}@{args.start}"]
+    else:
+        if not args.bundles:
+            raise BadInput("nothing to diagnose: give bundle directories, --job JOBID or --nodes/--start/--end")
+        targets = args.bundles
+        for b in args.bundles:
+            if not Path(b).is_dir():
+                raise BadInput(f"{b}: no such bundle directory")
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-    elif len(args.bundles) > 1 and args.json:
+    elif len(targets) > 1 and args.json:
         raise BadInput("several bundles with --json need --out DIR (one JSON file per bundle)")
-    for b in args.bundles:
-        if not Path(b).is_dir():
-            raise BadInput(f"{b}: no such bundle directory")
+    live = bool(args.job or args.nodes)
 
     run = None
     if args.inline:
         from flows.inline import attribute_inline
         from flows.pipeline import Request
+        from tasks.steps import LiveScope
 
-        def run(bundle: str):
-            return attribute_inline(Request(bundle=bundle, warehouse=warehouse, settings=settings), pack)
+        def run(target: str):
+            if live:
+                request = Request(live=LiveScope(cluster_name=cluster_name, cluster=cluster, **live_args),
+                                  warehouse=warehouse, settings=settings)
+            else:
+                request = Request(bundle=target, warehouse=warehouse, settings=settings)
+            return attribute_inline(request, pack)
     else:
         _prefect_env()
         from attribution.models import Diagnosis
         from flows.attempt import attribute_attempt
 
-        def run(bundle: str):
-            doc = attribute_attempt(bundle=bundle, warehouse=warehouse, rules_dir=cfg.rules_dir,
-                                    settings=settings.__dict__)
+        def run(target: str):
+            if live:
+                doc = attribute_attempt(warehouse=warehouse, rules_dir=cfg.rules_dir, settings=settings.__dict__,
+                                        cluster=cluster_name, cluster_config=cluster.model_dump(mode="json"),
+                                        job_id=live_args["job_id"], nodes=live_args["nodes"],
+                                        start=live_args["start"].isoformat() if live_args["start"] else None,
+                                        end=live_args["end"].isoformat() if live_args["end"] else None)
+            else:
+                doc = attribute_attempt(bundle=target, warehouse=warehouse, rules_dir=cfg.rules_dir,
+                                        settings=settings.__dict__)
             return Diagnosis.model_validate(doc)
 
+    from connectors import TransientSourceError
+    from connectors.kueue import KueueError
+    from connectors.slurm import SlurmError
+
     status = EXIT_OK
-    total = len(args.bundles)
-    for i, bundle in enumerate(args.bundles, 1):
+    total = len(targets)
+    for i, bundle in enumerate(targets, 1):
         started = time.monotonic()
         try:
             d = run(bundle)
-        except BundleError as exc:
+        except (BundleError, SlurmError, KueueError) as exc:
             print(f"attribution: {exc}", file=sys.stderr)
             status = EXIT_BAD_INPUT
             continue
+        except TransientSourceError as exc:
+            print(f"attribution: cannot scope the attempt: {exc}", file=sys.stderr)
+            status = EXIT_INTERNAL
+            continue
         if args.out:
-            name = Path(bundle).resolve().name
+            name = d.attempt.job_id.replace("/", "_") if live else Path(bundle).resolve().name
             (Path(args.out) / f"{name}.json").write_text(d.to_json())
             if total > 1 or not args.json:
                 print(f"[{i}/{total}] {name}: {d.terminal_state}/{d.sub_domain} "
@@ -153,6 +198,47 @@ def cmd_rules(args) -> int:
             print(f"{'PASS' if r.ok else 'FAIL'} {r.rule} :: {r.case}" + (f"\n     {r.message}" if r.message else ""))
     print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
     return EXIT_OK if not failed else EXIT_INTERNAL
+
+
+def cmd_config(args) -> int:
+    """Validate the configuration and ping every endpoint it names."""
+    import httpx
+
+    from attribution.config import load_config
+
+    try:
+        cfg = load_config(args.config)
+    except (FileNotFoundError, ValueError) as exc:
+        raise BadInput(str(exc).splitlines()[0]) from None
+    print(f"warehouse: {cfg.warehouse}")
+    failures = 0
+
+    def ping(label: str, url: str, path: str, headers: dict | None = None) -> None:
+        nonlocal failures
+        try:
+            r = httpx.get(url.rstrip("/") + path, timeout=5, headers=headers or {})
+            ok = r.status_code < 400
+            print(f"  {'ok  ' if ok else 'FAIL'} {label}: {url} ({r.status_code})")
+        except httpx.HTTPError as exc:
+            ok = False
+            print(f"  FAIL {label}: {url} ({type(exc).__name__})")
+        failures += not ok
+
+    for name, cl in cfg.clusters.items():
+        print(f"cluster {name} (scheduler {cl.scheduler}, timezone {cl.timezone})")
+        if cl.slurm and cl.slurm.rest_url:
+            ping("slurmrestd", cl.slurm.rest_url, "/openapi",
+                 {"X-SLURM-USER-NAME": cl.slurm.user, "X-SLURM-USER-TOKEN": os.environ.get(cl.slurm.token_env, "")})
+        if cl.kueue and cl.kueue.url:
+            ping("kubernetes", cl.kueue.url, "/version")
+        for src, sc in cl.sources.items():
+            if sc.connector == "prometheus":
+                ping(f"{src} (prometheus)", sc.url, "/-/ready")
+            elif sc.connector == "loki":
+                ping(f"{src} (loki)", sc.url, "/ready")
+            else:
+                print(f"  ok   {src} (files): {sc.path}")
+    return EXIT_OK if not failures else EXIT_INTERNAL
 
 
 def cmd_eval(args) -> int:
@@ -202,7 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("diagnose", help="diagnose attempt bundle(s)", description=(
         "Diagnose one or more attempt bundles (see README: bundle format). By default runs the Prefect flow "
         "with an embedded ephemeral server and stores each diagnosis in the local warehouse."))
-    d.add_argument("bundles", nargs="+", metavar="BUNDLE", help="attempt bundle directory")
+    d.add_argument("bundles", nargs="*", metavar="BUNDLE", help="attempt bundle directory")
+    d.add_argument("--job", metavar="JOBID", help="scope a Slurm job / Kueue workload from the cluster's scheduler")
+    d.add_argument("--cluster", metavar="NAME", help="configured cluster (default: the only one configured)")
+    d.add_argument("--nodes", metavar="H1,H2", help="explicit scope: these hosts ...")
+    d.add_argument("--start", metavar="TIME", help="... from this RFC 3339 time ...")
+    d.add_argument("--end", metavar="TIME", help="... to this one")
     d.add_argument("--json", action="store_true", help="print the diagnosis JSON instead of the summary")
     d.add_argument("--out", metavar="DIR", help="write DIR/<bundle-name>.json for each bundle")
     d.add_argument("--inline", action="store_true", help="run the same steps without Prefect (fast, local)")
@@ -219,6 +310,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="list as JSON")
     r.add_argument("-v", "--verbose", action="store_true", help="show passing test cases too")
     r.set_defaults(func=cmd_rules)
+
+    c = sub.add_parser("config", help="check the configuration", description=(
+        "Validate the YAML configuration (clusters, schedulers, sources) and ping every endpoint it names."))
+    c.add_argument("action", choices=["check"])
+    c.add_argument("--config", metavar="FILE", help="YAML config file (default ./attribution.yaml)")
+    c.set_defaults(func=cmd_config)
 
     e = sub.add_parser("eval", help="measure the rules on bundles that carry expected.json", description=(
         "Diagnose every bundle under DIR that has an expected.json (inline runner, nothing stored) and print a "

@@ -15,7 +15,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from typing import Annotated, Literal, Union
+
 from pydantic import BaseModel, Field
+
+from connectors.files import FilesSource
+from connectors.kueue import KueueSource
+from connectors.loki import LokiSource
+from connectors.prometheus import PrometheusSource
+from connectors.slurm import SlurmSource
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 
@@ -31,12 +39,37 @@ class RuleSettings(BaseModel):
     burst_window_s: float = Field(300.0, ge=0, description="repeats of one symptom within this window are one burst")
 
 
+# The connectors' own source models are the configuration schema (one definition each).
+SourceConfig = Annotated[Union[PrometheusSource, LokiSource, FilesSource], Field(discriminator="connector")]
+
+
+class ClusterConfig(BaseModel):
+    """One cluster: how to scope attempts (its scheduler) and where its evidence lives."""
+
+    scheduler: Literal["slurm", "kueue", "static"] = "slurm"
+    timezone: str = "UTC"
+    slurm: SlurmSource | None = None
+    kueue: KueueSource | None = None
+    sources: dict[str, SourceConfig] = Field(default_factory=dict,
+                                             description="source name (app, syslog, metrics, ...) -> where to read it")
+
+
 class Config(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ATTRIBUTION_", env_nested_delimiter="__", extra="forbid")
 
     warehouse: str = Field(default_factory=default_warehouse)
     rules_dir: str | None = None
     rules: RuleSettings = Field(default_factory=RuleSettings)
+    clusters: dict[str, ClusterConfig] = Field(default_factory=dict)
+
+    def cluster(self, name: str | None) -> tuple[str, ClusterConfig]:
+        if name is None:
+            if len(self.clusters) != 1:
+                raise ValueError(f"name a cluster with --cluster (configured: {', '.join(self.clusters) or 'none'})")
+            name = next(iter(self.clusters))
+        if name not in self.clusters:
+            raise ValueError(f"cluster {name!r} is not configured (configured: {', '.join(self.clusters) or 'none'})")
+        return name, self.clusters[name]
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,

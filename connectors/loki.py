@@ -16,6 +16,8 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import httpx
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus
@@ -26,8 +28,9 @@ CONNECTOR = "loki"
 
 
 class LokiSource(BaseModel):
+    connector: Literal["loki"] = "loki"
     url: str
-    source: str = Field(description="which bundle source these lines are: app, syslog, fabricmanager, scheduler_log")
+    source: str = Field("", description="which source these lines are (app, syslog, ...); the config key by default")
     selector: str = Field(description='LogQL stream selector, e.g. {job="syslog", host=~"{hosts}"}')
     host_label: str = "host"
     limit: int = Field(5000, ge=1, le=50000)

@@ -15,7 +15,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, Field
@@ -38,6 +38,7 @@ DEFAULT_HOST_LABELS = ["Hostname", "hostname", "instance", "node", "host", "node
 
 
 class PrometheusSource(BaseModel):
+    connector: Literal["prometheus"] = "prometheus"
     url: str
     timeout_s: float = Field(10.0, gt=0)
     lookback_s: float = Field(3600.0, ge=0, description="collect this much before the attempt started")

@@ -27,8 +27,8 @@ class InlineRunner:
     def __init__(self, pool: ThreadPoolExecutor):
         self.pool = pool
 
-    def scope(self, bundle):
-        return steps.scope_attempt(bundle)
+    def scope(self, request):
+        return steps.scope_live(request.live) if request.live else steps.scope_attempt(request.bundle)
 
     def collect(self, scoped, source, pack) -> Future:
         return self.pool.submit(_with_retries, steps.collect_source, scoped, source, pack)

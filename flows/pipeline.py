@@ -22,7 +22,7 @@ class Future(Protocol):
 class Runner(Protocol):
     """How steps run: Prefect tasks (flows/attempt.py) or plain calls (flows/inline.py)."""
 
-    def scope(self, bundle: str) -> steps.Scoped: ...
+    def scope(self, request: "Request") -> steps.Scoped: ...
     def collect(self, scoped: steps.Scoped, source: str, pack: Pack) -> Future: ...
     def store(self, scoped: steps.Scoped, results: list[steps.SourceResult]) -> list: ...
     def attribute(self, scoped: steps.Scoped, coverage: list, pack: Pack, settings: Settings, notes: list[str]) -> Diagnosis: ...
@@ -31,14 +31,15 @@ class Runner(Protocol):
 
 @dataclass
 class Request:
-    bundle: str
+    bundle: str | None = None                 # an offline attempt bundle, or
+    live: steps.LiveScope | None = None       # an attempt scoped from a configured cluster
     warehouse: str | None = None
     settings: Settings = field(default_factory=Settings)
 
 
 def attribute_story(run: Runner, request: Request, pack: Pack,
                     on_failed_collect: Callable[[str, BaseException], steps.SourceResult]) -> Diagnosis:
-    scoped = run.scope(request.bundle)
+    scoped = run.scope(request)
     try:
         futures = {source: run.collect(scoped, source, pack) for source in scoped.sources}
         results = []

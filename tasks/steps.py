@@ -10,6 +10,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus, Diagnosis, Observation
 from connectors import TransientSourceError
@@ -23,10 +24,23 @@ from rules.pack import Pack
 
 @dataclass
 class Scoped:
-    bundle: str
+    bundle: str | None
     scope: AttemptScope
     staging: str
     sources: list[str]
+    cluster: Any = None   # ClusterConfig when collecting from live sources
+
+
+@dataclass
+class LiveScope:
+    """An attempt to scope from the scheduler (job_id) or explicitly (nodes + window)."""
+
+    cluster_name: str
+    cluster: Any          # attribution.config.ClusterConfig
+    job_id: str | None = None
+    nodes: list[str] | None = None
+    start: Any = None
+    end: Any = None
 
 
 @dataclass
@@ -49,6 +63,49 @@ def scope_attempt(bundle: str) -> Scoped:
     return Scoped(bundle=str(path), scope=scope, staging=staging, sources=list(bundle_connector.SOURCES))
 
 
+def scope_live(live: LiveScope) -> Scoped:
+    """Scope from the scheduler (Slurm job / Kueue workload) or from an explicit nodes + window."""
+    cluster = live.cluster
+    if live.job_id:
+        if cluster.scheduler == "slurm":
+            from connectors import slurm
+            scope = slurm.scope_job(cluster.slurm or slurm.SlurmSource(), live.cluster_name, live.job_id)
+            scheduler_source = ["sacct"]
+        elif cluster.scheduler == "kueue":
+            from connectors import kueue
+            scope = kueue.scope_from(kueue.fetch(cluster.kueue or kueue.KueueSource(), live.job_id), live.cluster_name)
+            scheduler_source = ["kueue"]
+        else:
+            raise ValueError(f"cluster {live.cluster_name}: scheduler {cluster.scheduler!r} cannot scope a job id")
+    else:
+        scope = AttemptScope(cluster=live.cluster_name, scheduler="static",
+                             job_id=f"{','.join(live.nodes or [])}@{live.start}", attempt=0, nodes=live.nodes or [],
+                             start=live.start, end=live.end, state="UNKNOWN")
+        scheduler_source = []
+    scope = scope.model_copy(update={"timezone": cluster.timezone})
+    staging = create_staging(scope)
+    return Scoped(bundle=None, scope=scope, staging=staging, sources=scheduler_source + list(cluster.sources),
+                  cluster=cluster)
+
+
+def _collect_live(scoped: Scoped, source: str, pack: Pack) -> SourceResult:
+    from connectors import files, kueue, loki, prometheus, slurm
+
+    cluster = scoped.cluster
+    if source == "sacct":
+        return SourceResult(slurm.collect(cluster.slurm or slurm.SlurmSource(), scoped.scope, scoped.staging))
+    if source == "kueue":
+        return SourceResult(kueue.collect(cluster.kueue or kueue.KueueSource(), scoped.scope, scoped.staging))
+    cfg = cluster.sources[source]
+    if isinstance(cfg, prometheus.PrometheusSource):
+        return SourceResult(prometheus.collect(cfg, scoped.scope, scoped.staging))
+    if isinstance(cfg, loki.LokiSource):
+        src = cfg.model_copy(update={"source": cfg.source or source})
+        return SourceResult(loki.collect(src, scoped.scope, scoped.staging, pack.prefilter(src.source)))
+    cov, paths = files.collect(cfg, source, scoped.scope, scoped.staging, pack.prefilter(source))
+    return SourceResult(cov, files={k: str(v) for k, v in paths.items()})
+
+
 def scope_observation(bundle: Path, scope: AttemptScope) -> Observation:
     """attempt.yaml's state line, so a verdict from it points at a raw line like any other."""
     line, raw = None, f"state: {scope.state}"
@@ -68,12 +125,15 @@ def collect_source(scoped: Scoped, source: str, pack: Pack) -> SourceResult:
     """Load one source into staging. Never raises for bad data: the coverage record says what happened."""
     started = time.monotonic()
     try:
+        if scoped.bundle is None:
+            return _collect_live(scoped, source, pack)
         got = bundle_connector.collect(Path(scoped.bundle), scoped.scope, source, scoped.staging,
                                        pack.prefilter(source))
     except TransientSourceError:
         raise
     except Exception as exc:  # a connector bug or unreadable file must not sink the diagnosis
-        return SourceResult(Coverage(source=source, connector="bundle", status=CoverageStatus.error,
+        return SourceResult(Coverage(source=source, connector="bundle" if scoped.bundle else "live",
+                                     status=CoverageStatus.error,
                                      error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                                      duration_ms=int((time.monotonic() - started) * 1000)))
     return SourceResult(got.coverage, got.notes, {k: str(v) for k, v in got.files.items()})

@@ -13,14 +13,6 @@ from connectors.bundle import load_scope
 from connectors.prometheus import PrometheusSource, collect, promql_regex_string, render_query
 from connectors.staging import connect, create_staging, release_staging
 from tests.conftest import WORKED
-from tests.services.prometheus import Prometheus
-
-
-@pytest.fixture(scope="module")
-def prometheus(tmp_path_factory):
-    server = Prometheus(tmp_path_factory.mktemp("prom"), sorted((WORKED / "metrics").glob("*.prom"))).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

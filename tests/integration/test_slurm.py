@@ -2,11 +2,9 @@
 (JWT), started by tests/services/slurm_up.sh (installed and started for CI by .ci/run's test run)."""
 
 import os
-import shutil
 import subprocess
 import time
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 
@@ -14,34 +12,6 @@ from attribution.models import CoverageStatus
 from connectors import TransientSourceError
 from connectors.slurm import SlurmError, SlurmSource, collect, discover_failed, scope_job
 from connectors.staging import connect, create_staging, release_staging
-
-ROOT = Path(__file__).resolve().parents[2]
-BASE = Path(os.environ.get("ATTRIBUTION_SLURM_BASE", "/tmp/attribution-slurm"))
-
-
-def _env() -> dict[str, str]:
-    env = {}
-    for line in (BASE / "env.sh").read_text().splitlines():
-        k, _, v = line.removeprefix("export ").partition("=")
-        env[k] = v
-    return env
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    if os.geteuid() != 0 or (not shutil.which("apt-get") and not shutil.which("slurmctld")):
-        if os.environ.get("CI"):
-            pytest.fail("real Slurm needs root and apt (or installed packages)")
-        pytest.skip("real Slurm needs root")
-    up = subprocess.run(["bash", str(ROOT / "tests/services/slurm_up.sh"), str(BASE)], capture_output=True, text=True,
-                        timeout=600)
-    if up.returncode != 0:
-        pytest.fail(f"slurm_up.sh failed: {up.stderr[-2000:]}")
-    env = _env()
-    os.environ.update({k: env[k] for k in ("SLURM_CONF", "SLURMRESTD_TOKEN")})
-    yield env
-    subprocess.run(["bash", str(ROOT / "tests/services/slurm_down.sh"), str(BASE)], capture_output=True, timeout=120)
-
 
 def sbatch(env, *args) -> str:
     out = subprocess.run(["sbatch", "--parsable", "-o", f"{env['SLURM_TEST_JOBDIR']}/%j.out", *args],
