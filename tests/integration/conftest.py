@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import WORKED
+from tests.conftest import EXAMPLES, WORKED
 from tests.services.prometheus import Prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,7 +16,9 @@ SLURM_BASE = Path(os.environ.get("ATTRIBUTION_SLURM_BASE", "/tmp/attribution-slu
 
 @pytest.fixture(scope="session")
 def prometheus(tmp_path_factory):
-    server = Prometheus(tmp_path_factory.mktemp("prom"), sorted((WORKED / "metrics").glob("*.prom"))).start()
+    # DCGM series of the worked example and the InfiniBand counters of the shared ib_link_down example
+    files = sorted((WORKED / "metrics").glob("*.prom")) + [EXAMPLES / "ib_link_down_one_host-1-0" / "metrics" / "range-export.prom"]
+    server = Prometheus(tmp_path_factory.mktemp("prom"), files).start()
     yield server
     server.stop()
 

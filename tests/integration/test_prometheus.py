@@ -38,6 +38,26 @@ def test_reads_backfilled_dcgm_series_back(prometheus, staged):
     assert got == [("gb-r12-n04", "2", 149.0)]
 
 
+def test_reads_backfilled_infiniband_counters_back(prometheus):
+    from attribution.models import AttemptScope
+
+    scope = AttemptScope(cluster="c", scheduler="slurm", job_id="5442826", attempt=2,
+                         nodes=["hgx-r05-n3", "hgx-r06-n0", "hgx-r06-n1", "hgx-r06-n2"],
+                         start="2026-01-02T06:53:47Z", end="2026-01-02T08:28:50Z", state="FAILED")
+    staging = create_staging(scope)
+    try:
+        cov = collect(PrometheusSource(url=prometheus.url, queries={
+            "ib_link_downed": 'node_infiniband_link_downed_total{instance=~"{hosts_with_port}"}'}), scope, staging)
+        assert cov.status == CoverageStatus.ok and cov.details["queries"]["ib_link_downed"]["series"] == 8
+        con = connect(staging)
+        rows = con.execute("""SELECT node, labels['device'], min(value), max(value) FROM samples
+                              GROUP BY ALL HAVING max(value) > min(value)""").fetchall()
+        con.close()
+        assert rows == [("hgx-r06-n2", "mlx5_0", 0.0, 1.0)]  # the one link that went down
+    finally:
+        release_staging(staging)
+
+
 def test_metrics_from_prometheus_drive_the_same_verdict(prometheus, staged):
     """Syslog from the bundle, metrics from the live server: the DCGM transition corroborates the root."""
     from connectors.bundle import collect as bundle_collect

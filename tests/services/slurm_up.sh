@@ -30,7 +30,7 @@ daemon() { # daemon NAME LOG CMD...: a non-forking process in its own session, P
 
 [ "$(id -u)" = 0 ] || fail "needs root"
 # a previous run's daemons would hold the ports and files: stop them first
-[ -s "$BASE/pids" ] && bash "$(dirname "$0")/slurm_down.sh" "$BASE"
+bash "$(dirname "$0")/slurm_down.sh" "$BASE"
 if ! command -v slurmctld >/dev/null || ! command -v slurmrestd >/dev/null || ! command -v mariadbd >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   pkgs="slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin slurmdbd mariadb-server"
@@ -94,8 +94,11 @@ export SLURM_CONF=$S/etc/slurm.conf
 
 # MariaDB in a private data directory, then slurmdbd
 M=$BASE/mysql
+# a fresh accounting database every start: slurmctld -c restarts job ids at 1, and stale records of
+# an earlier run under the same ids would answer sacct
+rm -rf "$M/data"
 mkdir -p "$M/run"; chown -R mysql:mysql "$M"
-[ -d "$M/data/mysql" ] || mariadb-install-db --user=mysql --datadir="$M/data" --auth-root-authentication-method=socket \
+mariadb-install-db --user=mysql --datadir="$M/data" --auth-root-authentication-method=socket \
   --skip-test-db >"$M/install.log" 2>&1 || fail "mariadb-install-db failed: $(tail -3 "$M/install.log")"
 daemon mariadbd "$M/out.log" mariadbd --no-defaults --user=mysql --datadir="$M/data" --socket="$M/run/sock" \
   --bind-address=127.0.0.1 --port="$DB_PORT" --innodb-buffer-pool-size=128M --innodb-log-file-size=64M \
