@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus, Observation
-from connectors import TransientSourceError
+from connectors import http_get
 from connectors import scheduler_records as sr
 from connectors.staging import connect, insert_observations
 
@@ -67,14 +67,7 @@ def _client(src: KueueSource, transport: httpx.BaseTransport | None) -> httpx.Cl
 
 
 def _get(client: httpx.Client, path: str, params: dict | None = None) -> Any:
-    try:
-        r = client.get(path, params=params)
-    except httpx.TimeoutException:
-        raise TransientSourceError(f"kubernetes: {path} timed out", "timeout") from None
-    except httpx.TransportError as exc:
-        raise TransientSourceError(f"kubernetes: {type(exc).__name__}: {exc}") from None
-    if r.status_code == 429 or r.status_code >= 500:
-        raise TransientSourceError(f"kubernetes: HTTP {r.status_code} for {path}")
+    r = http_get(client, path, "kubernetes", params)
     if r.status_code in (401, 403):
         raise KueueError(f"HTTP {r.status_code} for {path}: not authorised (check the token)")
     if r.status_code == 404:

@@ -14,14 +14,14 @@ from __future__ import annotations
 import re
 import time
 from datetime import datetime, timedelta, timezone
+from typing import Literal
 
 import httpx
-from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus
-from connectors import TransientSourceError
+from connectors import http_get
 from connectors.staging import MAX_TEXT, connect
 
 CONNECTOR = "loki"
@@ -64,18 +64,8 @@ def _ns(t: datetime) -> int:
 
 
 def _page(client: httpx.Client, src: LokiSource, query: str, start_ns: int, end_ns: int) -> list[tuple[dict, int, str]]:
-    try:
-        r = client.get("/loki/api/v1/query_range", params={"query": query, "start": start_ns, "end": end_ns,
-                                                           "limit": src.limit, "direction": "forward"})
-    except httpx.TimeoutException:
-        raise TransientSourceError(f"{src.source}: Loki did not answer within {src.timeout_s:g}s", "timeout") from None
-    except httpx.TransportError as exc:
-        raise TransientSourceError(f"{src.source}: {type(exc).__name__}: {exc}") from None
-    if r.status_code == 429 or r.status_code >= 500:
-        ra = r.headers.get("Retry-After", "")
-        if ra.isdigit() and int(ra) <= 30:
-            time.sleep(int(ra))
-        raise TransientSourceError(f"{src.source}: HTTP {r.status_code} from Loki")
+    r = http_get(client, "/loki/api/v1/query_range", f"loki {src.source}",
+                 {"query": query, "start": start_ns, "end": end_ns, "limit": src.limit, "direction": "forward"})
     if r.status_code >= 400:
         raise ValueError(f"HTTP {r.status_code}: {r.text.strip()[:200]}")
     try:
@@ -96,14 +86,8 @@ def _page(client: httpx.Client, src: LokiSource, query: str, start_ns: int, end_
 def _streams(client: httpx.Client, src: LokiSource, selector: str, start_ns: int, end_ns: int) -> set[str]:
     """Hosts that have a stream in the window (/loki/api/v1/series): coverage must know who logged
     at all, even when the pushed-down line filter returns nothing for a host."""
-    try:
-        r = client.get("/loki/api/v1/series", params={"match[]": selector, "start": start_ns, "end": end_ns})
-    except httpx.TimeoutException:
-        raise TransientSourceError(f"{src.source}: Loki did not answer within {src.timeout_s:g}s", "timeout") from None
-    except httpx.TransportError as exc:
-        raise TransientSourceError(f"{src.source}: {type(exc).__name__}: {exc}") from None
-    if r.status_code == 429 or r.status_code >= 500:
-        raise TransientSourceError(f"{src.source}: HTTP {r.status_code} from Loki")
+    r = http_get(client, "/loki/api/v1/series", f"loki {src.source}",
+                 {"match[]": selector, "start": start_ns, "end": end_ns})
     if r.status_code >= 400:
         raise ValueError(f"HTTP {r.status_code}: {r.text.strip()[:200]}")
     try:

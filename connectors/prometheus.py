@@ -21,7 +21,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus, Observation
-from connectors import TransientSourceError
+from connectors import http_get
 from connectors.staging import connect, insert_observations
 
 CONNECTOR = "prometheus"
@@ -85,18 +85,8 @@ class QueryResult:
 def _query(client: httpx.Client, src: PrometheusSource, name: str, expr: str, start: datetime, end: datetime,
            step: int, hosts: set[str]) -> tuple[QueryResult, list[Observation]]:
     res = QueryResult(name)
-    try:
-        r = client.get("/api/v1/query_range", params={"query": expr, "start": start.timestamp(),
-                                                      "end": end.timestamp(), "step": step})
-    except httpx.TimeoutException as exc:
-        raise TransientSourceError(f"{name}: timed out after {src.timeout_s:g}s ({type(exc).__name__})", "timeout") from None
-    except httpx.TransportError as exc:
-        raise TransientSourceError(f"{name}: {type(exc).__name__}: {exc}") from None
-    if r.status_code == 429 or r.status_code >= 500:
-        retry_after = r.headers.get("Retry-After")
-        if retry_after and retry_after.isdigit() and int(retry_after) <= 30:
-            time.sleep(int(retry_after))
-        raise TransientSourceError(f"{name}: HTTP {r.status_code}")
+    r = http_get(client, "/api/v1/query_range", f"prometheus {name}",
+                 {"query": expr, "start": start.timestamp(), "end": end.timestamp(), "step": step})
     try:
         body = r.json()
     except ValueError:

@@ -21,7 +21,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus
-from connectors import TransientSourceError
+from connectors import TransientSourceError, http_get
 from connectors import scheduler_records as sr
 from connectors.hostlist import expand_hostlist
 from connectors.staging import connect, insert_observations
@@ -60,14 +60,7 @@ class Rest:
         self.version = self._negotiate()
 
     def _get(self, path: str, params: dict | None = None) -> Any:
-        try:
-            r = self.client.get(path, params=params)
-        except httpx.TimeoutException:
-            raise TransientSourceError(f"slurmrestd: {path} timed out", "timeout") from None
-        except httpx.TransportError as exc:
-            raise TransientSourceError(f"slurmrestd: {type(exc).__name__}: {exc}") from None
-        if r.status_code == 429 or r.status_code >= 502:
-            raise TransientSourceError(f"slurmrestd: HTTP {r.status_code} for {path}")
+        r = http_get(self.client, path, "slurmrestd", params)
         if r.status_code == 401:
             raise SlurmError(f"slurmrestd: HTTP 401 for {path}: authentication failed (token from ${self.token_env})")
         try:

@@ -41,3 +41,15 @@ def slurm():
     os.environ.update({k: env[k] for k in ("SLURM_CONF", "SLURMRESTD_TOKEN")})
     yield env
     subprocess.run(["bash", str(ROOT / "tests/services/slurm_down.sh"), str(SLURM_BASE)], capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def staged():
+    """The worked example's scope and a fresh staging database for it."""
+    from connectors.bundle import load_scope
+    from connectors.staging import create_staging, release_staging
+
+    scope = load_scope(WORKED)
+    path = create_staging(scope)
+    yield scope, path
+    release_staging(path)

@@ -51,14 +51,6 @@ def loki():
     server.stop()
 
 
-@pytest.fixture
-def staged():
-    scope = load_scope(WORKED)
-    path = create_staging(scope)
-    yield scope, path
-    release_staging(path)
-
-
 def _lines(staging):
     con = connect(staging)
     try:

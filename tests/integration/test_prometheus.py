@@ -15,14 +15,6 @@ from connectors.staging import connect, create_staging, release_staging
 from tests.conftest import WORKED
 
 
-@pytest.fixture
-def staged():
-    scope = load_scope(WORKED)
-    path = create_staging(scope)
-    yield scope, path
-    release_staging(path)
-
-
 def test_reads_backfilled_dcgm_series_back(prometheus, staged):
     scope, staging = staged
     cov = collect(PrometheusSource(url=prometheus.url), scope, staging)
