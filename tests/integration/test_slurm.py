@@ -40,20 +40,25 @@ def jobs(slurm):
                                'srun bash -c "if [ \\$SLURM_PROCID = 1 ]; then exit 7; fi; sleep 2"')
     ids["ok"] = sbatch(slurm, "--wrap", "true")
     ids["cancel"] = sbatch(slurm, "--wrap", "sleep 120")
-    ids["node_fail"] = sbatch(slurm, "-w", "node04", "--no-requeue", "--wrap", "sleep 120")
+    ids["node_fail"] = sbatch(slurm, "--no-requeue", "--wrap", "sleep 120")
     env = {**os.environ, "SLURM_CONF": slurm["SLURM_CONF"]}
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 90
+    squeue = ""
     while time.monotonic() < deadline:  # only a RUNNING job fails with its node; a pending one just waits
-        states = subprocess.run(["squeue", "-h", "-j", f"{ids['cancel']},{ids['node_fail']}", "-o", "%T"], env=env,
-                                capture_output=True, text=True).stdout.split()
-        if states == ["RUNNING", "RUNNING"]:
+        squeue = subprocess.run(["squeue", "-h", "-j", f"{ids['cancel']},{ids['node_fail']}", "-o", "%i %T %R"], env=env,
+                                capture_output=True, text=True).stdout
+        if squeue.count("RUNNING") == 2:
             break
         time.sleep(0.3)
+    assert squeue.count("RUNNING") == 2, f"jobs did not start: {squeue} / {subprocess.run(['sinfo', '-N'], env=env, capture_output=True, text=True).stdout}"
+    node = subprocess.run(["squeue", "-h", "-j", ids["node_fail"], "-o", "%N"], env=env, capture_output=True,
+                          text=True).stdout.strip()
+    ids["node_fail_node"] = node
     subprocess.run(["scancel", ids["cancel"]], check=True, env=env)
-    subprocess.run(["scontrol", "update", "nodename=node04", "state=down", "reason=Xid 79 GPU fell off the bus"],
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=Xid 79 GPU fell off the bus"],
                    check=True, env=env)
     wait_for(slurm, ids["node_fail"], ["NODE_FAIL"])
-    subprocess.run(["scontrol", "update", "nodename=node04", "state=resume"], env=env)
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=env)
     for name, state in (("multi_fail", ["FAILED"]), ("ok", ["COMPLETED"]), ("cancel", ["CANCELLED"])):
         wait_for(slurm, ids[name], state)
     return ids
@@ -80,7 +85,7 @@ def test_terminal_states(slurm, jobs, name, state, exit_code):
     if exit_code:
         assert scope.exit_code == exit_code
     if name == "node_fail":
-        assert scope.nodes == ["node04"]
+        assert scope.nodes == [jobs["node_fail_node"]]
 
 
 def test_collect_feeds_the_rules(slurm, jobs):

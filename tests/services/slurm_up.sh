@@ -82,12 +82,13 @@ SelectType=select/cons_tres
 MpiDefault=none
 MailProg=/bin/true
 ReturnToService=1
+SlurmdParameters=config_overrides
 SlurmdTimeout=30
 MinJobAge=3600
 KillWait=2
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
-NodeName=node[01-$LAST] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[17001-$((17000 + NODES))] CPUs=$(nproc) RealMemory=2000
+NodeName=node[01-$LAST] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[17001-$((17000 + NODES))] CPUs=8 RealMemory=2000   # oversubscribed on purpose: tests run several jobs at once
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 export SLURM_CONF=$S/etc/slurm.conf
