@@ -241,6 +241,50 @@ def cmd_config(args) -> int:
     return EXIT_OK if not failures else EXIT_INTERNAL
 
 
+def cmd_query(args) -> int:
+    import csv
+    import io
+
+    import duckdb
+
+    from attribution.config import load_config
+    from warehouse.store import Warehouse, views
+
+    if args.list:
+        for name, what in views().items():
+            print(f"{name:24} {what}")
+        return EXIT_OK
+    if not args.query:
+        raise BadInput("give a view name (see --list) or SQL")
+    try:
+        cfg = load_config(args.config, warehouse=args.warehouse)
+    except (FileNotFoundError, ValueError) as exc:
+        raise BadInput(str(exc).splitlines()[0]) from None
+    if not Path(cfg.warehouse).exists():
+        raise BadInput(f"{cfg.warehouse}: no warehouse yet (diagnose something first)")
+    try:
+        cols, rows = Warehouse(cfg.warehouse).query(args.query)
+    except duckdb.Error as exc:
+        raise BadInput(f"query failed: {str(exc).splitlines()[0]}") from None
+    if args.format == "json":
+        print(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=2))
+    elif args.format == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(cols)
+        w.writerows(rows)
+        print(buf.getvalue(), end="")
+    else:
+        cells = [cols] + [[("" if v is None else str(v)) for v in r] for r in rows]
+        widths = [min(60, max(len(row[i]) for row in cells)) for i in range(len(cols))]
+        for j, row in enumerate(cells):
+            print("  ".join(v[:60].ljust(widths[i]) for i, v in enumerate(row)).rstrip())
+            if j == 0:
+                print("  ".join("-" * w for w in widths))
+        print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_eval(args) -> int:
     from rules.evaluation import evaluate, find_bundles
     from rules.pack import RuleFileError, default_pack, load_pack
@@ -316,6 +360,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("action", choices=["check"])
     c.add_argument("--config", metavar="FILE", help="YAML config file (default ./attribution.yaml)")
     c.set_defaults(func=cmd_config)
+
+    q = sub.add_parser("query", help="query the warehouse (named views or SQL)", description=(
+        "Run a named analyst view or any SQL against the warehouse, read-only. `--list` shows the views."))
+    q.add_argument("query", nargs="?", metavar="NAME|SQL")
+    q.add_argument("--list", action="store_true", help="list the named views and what each answers")
+    q.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    q.add_argument("--warehouse", metavar="PATH")
+    q.add_argument("--config", metavar="FILE")
+    q.set_defaults(func=cmd_query)
 
     e = sub.add_parser("eval", help="measure the rules on bundles that carry expected.json", description=(
         "Diagnose every bundle under DIR that has an expected.json (inline runner, nothing stored) and print a "

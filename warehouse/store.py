@@ -20,6 +20,16 @@ import duckdb
 from attribution.models import Diagnosis
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
+VIEWS_DIR = Path(__file__).resolve().parent / "views"
+
+
+def views() -> dict[str, str]:
+    """View name -> what it answers (the first comment line of its SQL file)."""
+    out = {}
+    for f in sorted(VIEWS_DIR.glob("*.sql")):
+        first = f.read_text().splitlines()[0].lstrip("- ")
+        out[f.stem] = first.split(":", 1)[1].strip() if ":" in first else first
+    return out
 LOCK_WAIT_S = 60.0
 
 
@@ -78,6 +88,15 @@ class Warehouse:
                 con.execute(path.read_text())
                 con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
                 con.execute("COMMIT")
+        for f in sorted(VIEWS_DIR.glob("*.sql")):  # analyst views follow the code: replaced on every open for write
+            con.execute(f.read_text())
+
+    def query(self, name_or_sql: str) -> tuple[list[str], list[tuple]]:
+        """Run a named view (SELECT * FROM it) or any read-only SQL against the warehouse."""
+        sql = f'SELECT * FROM "{name_or_sql}"' if name_or_sql in views() else name_or_sql
+        with self.connect(read_only=True) as con:
+            cur = con.execute(sql)
+            return [d[0] for d in cur.description], cur.fetchall()
 
     def write(self, d: Diagnosis) -> None:
         """Replace this attempt's diagnosis (and its parts) in one transaction."""
