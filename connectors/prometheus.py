@@ -15,7 +15,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Literal
 
 import httpx
 from pydantic import BaseModel, Field
@@ -83,7 +83,7 @@ class QueryResult:
 
 
 def _query(client: httpx.Client, src: PrometheusSource, name: str, expr: str, start: datetime, end: datetime,
-           step: int, hosts: set[str]) -> tuple[QueryResult, list[Observation]]:
+           step: int) -> tuple[QueryResult, list[Observation]]:
     res = QueryResult(name)
     r = http_get(client, "/api/v1/query_range", f"prometheus {name}",
                  {"query": expr, "start": start.timestamp(), "end": end.timestamp(), "step": step})
@@ -132,7 +132,7 @@ def collect(src: PrometheusSource, scope: AttemptScope, staging: str, transport:
     timeout = httpx.Timeout(src.timeout_s, connect=min(src.timeout_s, 5.0))
     with httpx.Client(base_url=src.url.rstrip("/"), timeout=timeout, headers=src.headers, transport=transport) as client:
         for name, expr in src.queries.items():
-            res, got = _query(client, src, name, render_query(expr, scope.nodes), start, end, step, set(scope.nodes))
+            res, got = _query(client, src, name, render_query(expr, scope.nodes), start, end, step)
             results.append(res)
             obs.extend(got)
     con = connect(staging)

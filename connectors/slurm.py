@@ -41,7 +41,6 @@ class SlurmSource(BaseModel):
     token_env: str = Field("SLURMRESTD_TOKEN", description="env var holding the JWT (never SLURM_JWT)")
     timeout_s: float = Field(15.0, gt=0)
     sacct: str = "sacct"
-    cluster: str | None = None
 
 
 def _job_id_ok(job_id: str) -> str:

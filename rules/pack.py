@@ -138,8 +138,6 @@ def load_rule(path: Path) -> Rule:
     expected_phase = path.parent.name
     if expected_phase in PHASES and rule.phase != expected_phase:
         raise RuleFileError(path, rule.id, "phase", f"is '{rule.phase}' but the file lives in rules/{expected_phase}/")
-    if rule.output == "events" and rule.phase != "extract" and not rule.symptoms and rule.sql is None:
-        pass
     return rule
 
 

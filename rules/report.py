@@ -62,7 +62,6 @@ def build(con: duckdb.DuckDBPyConnection, scope: AttemptScope, coverage: list[Co
                 series=e["series"], time_quality=e["time_quality"])
         return evidence[e["obs_id"]].id
 
-    root_ids = set(v.get("candidate_event_ids") or []) | ({v["root_event_id"]} if v.get("root_event_id") else set())
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for e in events:
         key = (e["symptom"], e["node"], e["role"], e["demoted_by"])

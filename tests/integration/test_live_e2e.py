@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 
 import yaml
 

@@ -1,6 +1,5 @@
 """Prometheus connector against a real Prometheus 2.42 holding the worked example's metrics."""
 
-import shutil
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -9,7 +8,6 @@ import pytest
 
 from attribution.models import CoverageStatus
 from connectors import TransientSourceError
-from connectors.bundle import load_scope
 from connectors.prometheus import PrometheusSource, collect, promql_regex_string, render_query
 from connectors.staging import connect, create_staging, release_staging
 from tests.conftest import WORKED

@@ -465,7 +465,7 @@ def c_network_fabric(b: Bundle) -> None:
     b.topology = {"switches": {leaf: {"guid": "0x9c0591030090e000", "ports": ports}, "spine-01": {"ports": {33: leaf}}}}
     for j, hi in enumerate(down):
         h = b.hosts[hi]
-        b.sys(h, t + timedelta(seconds=j * b.rng.uniform(0.1, 3)), f"kernel: mlx5_core 0000:c5:00.0 ib0: Link down")
+        b.sys(h, t + timedelta(seconds=j * b.rng.uniform(0.1, 3)), "kernel: mlx5_core 0000:c5:00.0 ib0: Link down")
     collective_cascade(b, t)
     comps = [leaf] + sorted(f"{leaf}:{9 + hi}" for hi in down)
     expect(b, "infrastructure_failure", "network_fabric", [], "ib_link_down", components=sorted(set(comps)))
@@ -522,7 +522,7 @@ def c_host_oom(b: Bundle) -> None:
     t = fail_time(b)
     variant = b.rng.choice(["slurm", "kernel", "kueue"])
     if variant == "slurm":
-        b.out(h, t, None, f"slurmstepd: error: Detected 1 oom_kill event in StepId={{JOB}}.0. Some of the step tasks have been OOM Killed.")
+        b.out(h, t, None, "slurmstepd: error: Detected 1 oom_kill event in StepId={JOB}.0. Some of the step tasks have been OOM Killed.")
         b.state = "OUT_OF_MEMORY"
         b.exit_code = "0:125"
     elif variant == "kernel":

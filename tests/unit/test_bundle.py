@@ -12,7 +12,7 @@ from connectors.bundle import BundleError, collect, load_scope
 from connectors.staging import connect, create_staging, release_staging
 from connectors.text import normalize
 from rules.pack import default_pack
-from tests.conftest import EXAMPLES, WORKED
+from tests.conftest import WORKED
 
 
 @pytest.fixture

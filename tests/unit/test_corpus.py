@@ -4,7 +4,6 @@ A fresh corpus is generated per run (seeded); `attribution eval` must match ever
 The closing notes report larger corpora (python -m tests.scenarios.generator OUT --per-class 15).
 """
 
-import json
 
 import pytest
 

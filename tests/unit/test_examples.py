@@ -1,7 +1,6 @@
 """End to end (inline runner) on the example bundles: verdicts, blame, evidence that resolves."""
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -1,7 +1,6 @@
 """The rules pack: every rule's own test cases, validation errors, isolation of failing rules."""
 
 import shutil
-from pathlib import Path
 
 import pytest
 

@@ -1,6 +1,5 @@
 """Warehouse: idempotent per attempt, concurrent writer processes both land, locks wait then fail loudly."""
 
-import json
 import subprocess
 import sys
 import textwrap
@@ -12,7 +11,7 @@ import pytest
 from flows.inline import attribute_inline
 from flows.pipeline import Request
 from rules.pack import default_pack
-from tests.conftest import EXAMPLES, ROOT, WORKED
+from tests.conftest import ROOT, WORKED
 from warehouse.store import Warehouse, WarehouseLocked
 
 
