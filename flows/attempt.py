@@ -14,7 +14,7 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from attribution.models import Diagnosis
-from flows.pipeline import Request, attribute_story, failed_collect
+from flows.pipeline import RETRY_DELAYS_S, Request, attribute_story, failed_collect
 from rules.engine import Settings
 from rules.pack import Pack, default_pack, load_pack
 from tasks import steps
@@ -33,8 +33,8 @@ def _retry_transient(task, task_run, state) -> bool:
 scope_task = task(steps.scope_attempt, name="scope", cache_policy=NONE)
 scope_live_task = task(steps.scope_live, name="scope", cache_policy=NONE, retries=2, retry_delay_seconds=[1, 5],
                        retry_condition_fn=_retry_transient)
-collect_task = task(steps.collect_source, name="collect", cache_policy=NONE, retries=3,
-                    retry_delay_seconds=[0.5, 2, 5], retry_jitter_factor=0.5, retry_condition_fn=_retry_transient)
+collect_task = task(steps.collect_source, name="collect", cache_policy=NONE, retries=len(RETRY_DELAYS_S),
+                    retry_delay_seconds=list(RETRY_DELAYS_S), retry_jitter_factor=0.5, retry_condition_fn=_retry_transient)
 store_task = task(steps.store_observations, name="store", cache_policy=NONE)
 attribute_task = task(steps.attribute, name="attribute", cache_policy=NONE)
 publish_task = task(steps.publish, name="publish", cache_policy=NONE)

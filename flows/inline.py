@@ -6,11 +6,9 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from attribution.models import Diagnosis
-from flows.pipeline import Request, attribute_story, failed_collect
+from flows.pipeline import RETRY_DELAYS_S, Request, attribute_story, failed_collect
 from rules.pack import Pack
 from tasks import steps
-
-RETRY_DELAYS_S = (0.5, 2.0, 5.0)
 
 
 def _with_retries(fn, *args):

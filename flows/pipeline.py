@@ -15,6 +15,10 @@ from rules.pack import Pack
 from tasks import steps
 
 
+# Delays between retries of a source's collection (transient errors only), for both runners.
+RETRY_DELAYS_S = (0.5, 2.0, 5.0)
+
+
 class Future(Protocol):
     def result(self) -> Any: ...
 

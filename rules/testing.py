@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from attribution.models import AttemptScope, Observation
-from connectors.staging import connect, create_staging, insert_observations, release_staging
+from connectors.staging import connect, create_staging, insert_observations, release_staging, rows
 from connectors.text import normalize
 from rules.engine import RunResult, Settings, prepare, run_rule
 from rules.pack import Pack, Rule, RuleTest
@@ -109,13 +109,13 @@ def run_case(pack: Pack, rule: Rule, case: RuleTest, settings: Settings | None =
         if result.failed:
             return CaseResult(rule.id, case.name, False, f"rule failed: {result.failed[0]['error']}")
         if rule.output == "events":
-            out = _rows(con, f"SELECT * FROM events WHERE event_id > {before} ORDER BY event_id")
+            out = rows(con, f"SELECT * FROM events WHERE event_id > {before} ORDER BY event_id")
         elif rule.output == "verdicts":
-            out = _rows(con, "SELECT * FROM verdicts ORDER BY priority DESC")
+            out = rows(con, "SELECT * FROM verdicts ORDER BY priority DESC")
         elif rule.output == "roles":
-            out = _rows(con, "SELECT * FROM events WHERE role IS NOT NULL ORDER BY event_id")
+            out = rows(con, "SELECT * FROM events WHERE role IS NOT NULL ORDER BY event_id")
         else:
-            out = _rows(con, "SELECT * FROM events ORDER BY event_id")
+            out = rows(con, "SELECT * FROM events ORDER BY event_id")
         for exp in case.expect:
             if not any(all(_same(_lookup(row, k), v) for k, v in exp.items()) for row in out):
                 shown = [{k: _lookup(r, k) for k in exp} for r in out][:5]
@@ -126,12 +126,6 @@ def run_case(pack: Pack, rule: Rule, case: RuleTest, settings: Settings | None =
     finally:
         con.close()
         release_staging(staging)
-
-
-def _rows(con, query: str) -> list[dict[str, Any]]:
-    cur = con.execute(query)
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, r)) for r in cur.fetchall()]
 
 
 def run_tests(pack: Pack, only: str | None = None) -> list[CaseResult]:
