@@ -125,14 +125,15 @@ def cmd_diagnose(args) -> int:
 
         def run(target: str):
             if live:
-                doc = attribute_attempt(warehouse=warehouse, rules_dir=cfg.rules_dir, settings=settings.__dict__,
+                doc = attribute_attempt(warehouse=warehouse, store=warehouse is not None, rules_dir=cfg.rules_dir,
+                                        settings=settings.__dict__,
                                         cluster=cluster_name, cluster_config=cluster.model_dump(mode="json"),
                                         job_id=live_args["job_id"], nodes=live_args["nodes"],
                                         start=live_args["start"].isoformat() if live_args["start"] else None,
                                         end=live_args["end"].isoformat() if live_args["end"] else None)
             else:
-                doc = attribute_attempt(bundle=target, warehouse=warehouse, rules_dir=cfg.rules_dir,
-                                        settings=settings.__dict__)
+                doc = attribute_attempt(bundle=target, warehouse=warehouse, store=warehouse is not None,
+                                        rules_dir=cfg.rules_dir, settings=settings.__dict__)
             return Diagnosis.model_validate(doc)
 
     from connectors import TransientSourceError
@@ -322,6 +323,120 @@ def cmd_eval(args) -> int:
     return EXIT_OK if not report.misses() else EXIT_INTERNAL
 
 
+def _load(args, **overrides):
+    from attribution.config import load_config
+
+    try:
+        return load_config(getattr(args, "config", None), **overrides)
+    except (FileNotFoundError, ValueError) as exc:
+        raise BadInput(str(exc).splitlines()[0]) from None
+
+
+def _need_prefect_server() -> None:
+    if not os.environ.get("PREFECT_API_URL"):
+        raise BadInput("set PREFECT_API_URL to the Prefect server the workers poll (e.g. http://127.0.0.1:4200/api)")
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from attribution.service import create_app
+
+    cfg = _load(args)
+    _need_prefect_server()
+    svc = cfg.service
+    missing = [name for name in (svc.token_env, svc.webhook_secret_env) if not os.environ.get(name)]
+    if missing and not args.insecure_no_auth:
+        raise BadInput(f"set {' and '.join(missing)} (or pass --insecure-no-auth on a trusted network)")
+    _prefect_env()
+    os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
+    uvicorn.run(create_app(cfg), host=args.host or svc.host, port=args.port or svc.port,
+                log_level="warning", access_log=False)
+    return EXIT_OK
+
+
+def cmd_deploy(args) -> int:
+    import subprocess
+
+    _need_prefect_server()
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "ATTRIBUTION_PROJECT_DIR": str(root), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    prefect = [sys.executable, "-m", "prefect"]
+    have = subprocess.run([*prefect, "work-pool", "inspect", args.pool], capture_output=True, text=True, env=env)
+    if have.returncode != 0:
+        made = subprocess.run([*prefect, "work-pool", "create", args.pool, "--type", "process"],
+                              capture_output=True, text=True, env=env)
+        if made.returncode != 0:
+            print(made.stdout + made.stderr, file=sys.stderr)
+            return EXIT_INTERNAL
+        print(f"work pool {args.pool} (process) created")
+    r = subprocess.run([*prefect, "--no-prompt", "deploy", "--all", "--prefect-file", str(root / "deployments/prefect.yaml")],
+                       cwd=root, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stdout[-3000:] + r.stderr[-3000:], file=sys.stderr)
+        return EXIT_INTERNAL
+    print("deployments applied: attribute-attempt/attempt, backfill/nightly")
+    return EXIT_OK
+
+
+def cmd_worker(args) -> int:
+    _need_prefect_server()
+    _load(args)   # fail here, not in every flow run, when the configuration is broken
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.execvp(sys.executable, [sys.executable, "-m", "prefect", "worker", "start", "--pool", args.pool,
+                               "--limit", str(args.limit), "--type", "process"])
+
+
+def cmd_backfill(args) -> int:
+    from flows.backfill import parse_when
+
+    cfg = _load(args, warehouse=args.warehouse, rules_dir=args.rules_dir)
+    for flag in ("since", "until"):
+        if getattr(args, flag):
+            try:
+                parse_when(getattr(args, flag))
+            except ValueError as exc:
+                raise BadInput(f"--{flag}: {exc}") from None
+    if args.cluster and not args.bundles:
+        try:
+            cfg.cluster(args.cluster)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+    if args.bundles and not Path(args.bundles).is_dir():
+        raise BadInput(f"{args.bundles}: no such directory")
+    if not args.bundles and not cfg.backfill.bundles_dir and not cfg.clusters:
+        raise BadInput("nothing to backfill: configure clusters or give --bundles DIR")
+    kwargs = dict(since=args.since, until=args.until, cluster=args.cluster, bundles_dir=args.bundles,
+                  force=args.force, concurrency=args.concurrency, warehouse=cfg.warehouse, rules_dir=cfg.rules_dir)
+    try:
+        if args.inline:
+            from flows.backfill import backfill_inline
+
+            def progress(i, n, a, outcome):
+                print(f"[{i}/{n}] {a.key}: {outcome}", file=sys.stderr, flush=True)
+
+            summary = backfill_inline(**kwargs, progress=progress, cfg=cfg).as_dict()
+        else:
+            _prefect_env()
+            os.environ["PREFECT_LOGGING_LEVEL"] = "INFO"   # the flow's log is the progress
+            from flows.backfill_flow import backfill
+
+            summary = backfill(**kwargs)
+    except ValueError as exc:
+        raise BadInput(str(exc).splitlines()[0]) from None
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"found {summary['found']}, skipped {summary['skipped']} (current rules), diagnosed {summary['diagnosed']}"
+              f" ({summary['redone_stale']} re-diagnosed after a rules change), failed {summary['failed']}"
+              f" in {summary['seconds']:.1f}s")
+        for state, n in summary["by_terminal_state"].items():
+            print(f"  {state:24} {n}")
+        for f in summary["failures"]:
+            print(f"  FAILED {f['attempt']}: {f['error']}")
+    return EXIT_OK if not summary["failed"] else EXIT_INTERNAL
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attribution", description=(
         "Why did this GPU training attempt die, and whom should we isolate? "
@@ -378,6 +493,42 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--rules-dir", metavar="DIR", help="rules pack directory (default: the shipped pack)")
     e.add_argument("--json", action="store_true", help="one JSON record per bundle")
     e.set_defaults(func=cmd_eval)
+
+    b = sub.add_parser("backfill", help="diagnose the failed attempts of a window not yet diagnosed", description=(
+        "Find the failed attempts that ended in [--since, --until) (Slurm accounting / Kueue workloads of the "
+        "configured clusters, or the bundles under --bundles), skip those already diagnosed by the current rules "
+        "version, re-diagnose those diagnosed by an older one, and print a summary. Exit 1 when any attempt failed."))
+    b.add_argument("--since", metavar="TIME", help="RFC 3339, or a span ago: 26h, 7d (default: backfill.lookback_hours)")
+    b.add_argument("--until", metavar="TIME", help="RFC 3339 or a span ago (default: now)")
+    b.add_argument("--cluster", metavar="NAME", help="only this cluster (default: every configured cluster)")
+    b.add_argument("--bundles", metavar="DIR", help="offline: backfill the bundles under DIR")
+    b.add_argument("--force", action="store_true", help="re-diagnose even attempts diagnosed by the current rules")
+    b.add_argument("--concurrency", type=int, metavar="N", help="attempts at once (default: backfill.concurrency)")
+    b.add_argument("--inline", action="store_true", help="run without Prefect")
+    b.add_argument("--json", action="store_true", help="print the summary as JSON")
+    b.add_argument("--warehouse", metavar="PATH")
+    b.add_argument("--rules-dir", metavar="DIR")
+    b.add_argument("--config", metavar="FILE")
+    b.set_defaults(func=cmd_backfill)
+
+    sv = sub.add_parser("serve", help="run the trigger API (webhooks, /v1/attempts, /v1/diagnoses, /metrics)",
+                        description="Serve the HTTP API (OpenAPI at /docs and /openapi.json). Needs PREFECT_API_URL and "
+                                    "the secrets named by service.token_env / service.webhook_secret_env.")
+    sv.add_argument("--host", help="listen address (default: service.host)")
+    sv.add_argument("--port", type=int, help="listen port (default: service.port)")
+    sv.add_argument("--insecure-no-auth", action="store_true", help="accept requests without token/signature")
+    sv.add_argument("--config", metavar="FILE")
+    sv.set_defaults(func=cmd_serve)
+
+    dp = sub.add_parser("deploy", help="apply deployments/prefect.yaml to the Prefect server (PREFECT_API_URL)")
+    dp.add_argument("--pool", default="attribution", help="process work pool (created if missing)")
+    dp.set_defaults(func=cmd_deploy)
+
+    wk = sub.add_parser("worker", help="start a Prefect process worker for the attribution pool")
+    wk.add_argument("--pool", default="attribution")
+    wk.add_argument("--limit", type=int, default=4, help="flow runs at once on this worker")
+    wk.add_argument("--config", metavar="FILE")
+    wk.set_defaults(func=cmd_worker)
     return p
 
 

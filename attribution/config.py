@@ -54,6 +54,26 @@ class ClusterConfig(BaseModel):
                                              description="source name (app, syslog, metrics, ...) -> where to read it")
 
 
+class ServiceConfig(BaseModel):
+    """`attribution serve`: the trigger API. Secrets are never in the file: only the names of the
+    environment variables that hold them."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
+    deployment: str = Field("attribute-attempt/attempt", description="Prefect deployment each trigger starts")
+    token_env: str = Field("ATTRIBUTION_API_TOKEN", description="env var: bearer token for /v1/attempts and reads")
+    webhook_secret_env: str = Field("ATTRIBUTION_WEBHOOK_SECRET", description="env var: HMAC-SHA256 key of the webhooks")
+    replay_window_s: float = Field(300.0, gt=0, description="signed timestamps older/newer than this are refused")
+    max_body_bytes: int = Field(65536, gt=0)
+    diagnose_completed: bool = Field(False, description="also diagnose attempts that completed successfully")
+
+
+class BackfillConfig(BaseModel):
+    concurrency: int = Field(2, ge=1, le=64, description="attempts diagnosed at once by one backfill")
+    lookback_hours: float = Field(26.0, gt=0, description="the nightly window: now - this .. now")
+    bundles_dir: str | None = Field(None, description="offline: a directory tree of attempt bundles to backfill")
+
+
 class Config(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ATTRIBUTION_", env_nested_delimiter="__", extra="forbid")
 
@@ -61,6 +81,8 @@ class Config(BaseSettings):
     rules_dir: str | None = None
     rules: RuleSettings = Field(default_factory=RuleSettings)
     clusters: dict[str, ClusterConfig] = Field(default_factory=dict)
+    service: ServiceConfig = Field(default_factory=ServiceConfig)
+    backfill: BackfillConfig = Field(default_factory=BackfillConfig)
 
     def cluster(self, name: str | None) -> tuple[str, ClusterConfig]:
         if name is None:

@@ -150,3 +150,39 @@ def collect(src: KueueSource, scope: AttemptScope, staging: str, transport: http
                     observations=len(obs), nodes=sorted(set(scope.nodes) - set(missing_nodes)),
                     duration_ms=int((time.monotonic() - started) * 1000),
                     details={"pods": len(objects["pods"].get("items", [])), "nodes_not_found": missing_nodes})
+
+
+def ended_badly(conditions: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The condition that ended a Workload's attempt unsuccessfully (Evicted, or Finished with a
+    reason other than Succeeded), or None: the one rule triggers and backfills share."""
+    conds = {c.get("type"): c for c in conditions or [] if isinstance(c, dict)}
+    evicted = conds.get("Evicted") or {}
+    if evicted.get("status") == "True":
+        return evicted
+    finished = conds.get("Finished") or {}
+    if finished.get("status") == "True" and finished.get("reason") != "Succeeded":
+        return finished
+    return None
+
+
+def discover_failed(src: KueueSource, start: datetime, end: datetime,
+                    transport: httpx.BaseTransport | None = None) -> list[dict[str, Any]]:
+    """Workloads of the namespace whose attempt ended badly inside [start, end), following the
+    list's `continue` tokens (bounded: a server that never stops paging is an error)."""
+    out, token = [], None
+    with _client(src, transport) as client:
+        for _ in range(1000):
+            params = {"limit": 500, **({"continue": token} if token else {})}
+            page = _get(client, f"{KUEUE_API}/namespaces/{src.namespace}/workloads", params)
+            for wl in page.get("items") or []:
+                status = wl.get("status") or {}
+                cond = ended_badly(status.get("conditions"))
+                t = _ts(cond.get("lastTransitionTime")) if cond else None
+                if t and start <= t < end:
+                    out.append({"job_id": f"{src.namespace}/{(wl.get('metadata') or {}).get('name')}",
+                                "attempt": int((status.get("requeueState") or {}).get("count") or 0),
+                                "end": t, "reason": cond.get("reason")})
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return sorted(out, key=lambda w: w["end"])
+    raise KueueError("workload list did not stop paging after 1000 pages")

@@ -35,6 +35,11 @@ class SlurmError(ValueError):
     pass
 
 
+class NotYetRecorded(TransientSourceError):
+    """The job is not in accounting (yet): slurmdbd records a job a little after slurmctld ends it,
+    so a trigger fired at completion may ask too early. Retried; after the retries, reported."""
+
+
 class SlurmSource(BaseModel):
     rest_url: str | None = Field(default=None, description="slurmrestd URL; without it the CLI is used")
     user: str = "root"
@@ -137,8 +142,18 @@ def _try_cli_exit(src: SlurmSource, job_id: str) -> str | None:
         return None
 
 
-def scope_job(src: SlurmSource, cluster: str, job_id: str, transport: httpx.BaseTransport | None = None) -> AttemptScope:
+def scope_job(src: SlurmSource, cluster: str, job_id: str, transport: httpx.BaseTransport | None = None,
+              require_ended: bool = False) -> AttemptScope:
+    """The attempt's scope from accounting. `require_ended` (set by completion triggers): a job that
+    accounting still shows running is not yet recorded, so the caller retries instead of scoping a
+    half-known attempt."""
     doc, exit_code = job_document(src, job_id, transport)
+    if isinstance(doc, dict) and not [j for j in doc.get("jobs") or [] if str(j.get("job_id")) == str(job_id)]:
+        raise NotYetRecorded(f"job {job_id} is not in Slurm accounting (yet)")
+    job_rec = next(j for j in doc["jobs"] if str(j.get("job_id")) == str(job_id))
+    if require_ended and sr._state(job_rec.get("state")).split()[0] in ("RUNNING", "PENDING", "COMPLETING", "REQUEUED"):
+        raise NotYetRecorded(f"job {job_id} has not ended in Slurm accounting yet "
+                             f"(state {sr._state(job_rec.get('state'))})")
     obs, facts = sr.sacct_observations(doc, job_id, "slurm", CONNECTOR)
     if not facts.get("nodes"):
         raise SlurmError(f"job {job_id} never ran on a node (state {facts.get('state')})")

@@ -57,21 +57,48 @@ class PrefectRunner:
         return publish_task(diagnosis, warehouse)
 
 
-@flow(name="attribute-attempt", task_runner=ThreadPoolTaskRunner(max_workers=8), log_prints=False,
-      validate_parameters=False)
-def attribute_attempt(bundle: str | None = None, warehouse: str | None = None, rules_dir: str | None = None,
-                      settings: dict[str, Any] | None = None, cluster: str | None = None,
-                      cluster_config: dict[str, Any] | None = None, job_id: str | None = None,
-                      nodes: list[str] | None = None, start: str | None = None, end: str | None = None) -> dict[str, Any]:
-    """Diagnose one attempt (a bundle, or a job / explicit window on a configured cluster) and publish
-    the diagnosis; returns the diagnosis JSON."""
-    from attribution.config import ClusterConfig
+def _run_name() -> str:
+    from prefect.runtime import flow_run
 
+    p = flow_run.parameters
+    if p.get("bundle"):
+        return f"bundle:{str(p['bundle']).rstrip('/').rsplit('/', 1)[-1]}"
+    what = p.get("job_id") or ",".join(p.get("nodes") or [])[:60]
+    return f"{p.get('cluster') or 'default'}:{what}" + (f":{p['attempt']}" if p.get("attempt") is not None else "")
+
+
+@flow(name="attribute-attempt", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=8),
+      log_prints=False, validate_parameters=False)
+def attribute_attempt(bundle: str | None = None, cluster: str | None = None, job_id: str | None = None,
+                      attempt: int | None = None, nodes: list[str] | None = None, start: str | None = None,
+                      end: str | None = None, trigger: str | None = None, warehouse: str | None = None,
+                      store: bool = True, rules_dir: str | None = None, settings: dict[str, Any] | None = None,
+                      cluster_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Diagnose one attempt and publish the diagnosis; returns the diagnosis JSON.
+
+    The attempt is a bundle directory, or a job on a configured cluster (`job_id`; Kueue:
+    "namespace/name"), or an explicit scope (`nodes` + `start` + `end`). What is not given comes
+    from the worker's configuration (attribution.yaml / ATTRIBUTION_*): the cluster's scheduler and
+    sources, the warehouse, the rules. `trigger="completion"` (webhooks) waits, with retries, until
+    the scheduler has recorded the attempt's end. `attempt` is what the trigger reported; the
+    scheduler's own restart count is what the diagnosis records.
+    """
+    from attribution.config import ClusterConfig, load_config
+
+    cfg = load_config()
+    rules_dir = rules_dir or cfg.rules_dir
     pack: Pack = load_pack(rules_dir) if rules_dir else default_pack()
+    if store and warehouse is None:
+        warehouse = cfg.warehouse
     live = None
     if bundle is None:
-        live = steps.LiveScope(cluster_name=cluster or "default", cluster=ClusterConfig.model_validate(cluster_config or {}),
-                               job_id=job_id, nodes=nodes, start=start, end=end)
-    request = Request(bundle=bundle, live=live, warehouse=warehouse, settings=Settings(**(settings or {})))
+        if cluster_config is not None:
+            cluster_name, cluster_cfg = cluster or "default", ClusterConfig.model_validate(cluster_config)
+        else:
+            cluster_name, cluster_cfg = cfg.cluster(cluster)
+        live = steps.LiveScope(cluster_name=cluster_name, cluster=cluster_cfg, job_id=job_id, nodes=nodes,
+                               start=start, end=end, require_ended=trigger == "completion")
+    request = Request(bundle=bundle, live=live, warehouse=warehouse if store else None,
+                      settings=Settings(**(settings if settings is not None else cfg.rules.model_dump())))
     diagnosis: Diagnosis = attribute_story(PrefectRunner(), request, pack, failed_collect)
     return diagnosis.model_dump(mode="json")

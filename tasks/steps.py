@@ -41,6 +41,7 @@ class LiveScope:
     nodes: list[str] | None = None
     start: Any = None
     end: Any = None
+    require_ended: bool = False   # a completion trigger: wait (retry) until the scheduler has recorded the end
 
 
 @dataclass
@@ -69,11 +70,17 @@ def scope_live(live: LiveScope) -> Scoped:
     if live.job_id:
         if cluster.scheduler == "slurm":
             from connectors import slurm
-            scope = slurm.scope_job(cluster.slurm or slurm.SlurmSource(), live.cluster_name, live.job_id)
+            scope = slurm.scope_job(cluster.slurm or slurm.SlurmSource(), live.cluster_name, live.job_id,
+                                    require_ended=live.require_ended)
             scheduler_source = ["sacct"]
         elif cluster.scheduler == "kueue":
             from connectors import kueue
-            scope = kueue.scope_from(kueue.fetch(cluster.kueue or kueue.KueueSource(), live.job_id), live.cluster_name)
+            src = cluster.kueue or kueue.KueueSource()
+            namespace, _, name = live.job_id.rpartition("/")   # "namespace/name" or a name in the configured namespace
+            if namespace:
+                src = src.model_copy(update={"namespace": namespace})
+                cluster = cluster.model_copy(update={"kueue": src})   # collect reads the same namespace
+            scope = kueue.scope_from(kueue.fetch(src, name), live.cluster_name)
             scheduler_source = ["kueue"]
         else:
             raise ValueError(f"cluster {live.cluster_name}: scheduler {cluster.scheduler!r} cannot scope a job id")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,11 @@ def views() -> dict[str, str]:
         out[f.stem] = first.split(":", 1)[1].strip() if ":" in first else first
     return out
 LOCK_WAIT_S = 60.0
+
+
+# One writer at a time inside this process (a backfill diagnoses on several threads): DuckDB's
+# optimistic concurrency would abort one of two transactions replacing rows of the same tables.
+_WRITE_LOCK = threading.Lock()
 
 
 class WarehouseLocked(Exception):
@@ -103,7 +109,7 @@ class Warehouse:
         a = d.attempt
         key = [a.cluster, a.scheduler, a.job_id, a.attempt]
         rc = d.root_cause
-        with self.connect() as con:
+        with _WRITE_LOCK, self.connect() as con:
             con.execute("BEGIN TRANSACTION")
             try:
                 old = [r[0] for r in con.execute(

@@ -46,7 +46,7 @@ def test_transient_source_errors_are_retried_and_permanent_ones_recorded(monkeyp
         return real(b, scope, source, staging, prefilter)
 
     monkeypatch.setattr(bundle, "collect", flaky)
-    doc = attribute_attempt(bundle=str(WORKED), warehouse=None)
+    doc = attribute_attempt(bundle=str(WORKED), store=False)
     cov = {c["source"]: c for c in doc["coverage"]}
     assert calls["metrics"] == 3 and cov["metrics"]["status"] == "ok"
     assert calls["topology"] == 4 and cov["topology"]["status"] == "error"

@@ -1,8 +1,8 @@
 """A stand-in for the Kubernetes API server (with Kueue's Workload API).
 
 No kube-apiserver runs on these machines (no package provides one; kind/k3s need Docker or
-downloads), so this serves recorded objects the way the API does: GET .../workloads/{name}
-(kueue.x-k8s.io/v1beta1), pod lists with equality label selectors, event lists with
+downloads), so this serves recorded objects the way the API does: GET .../workloads/{name} and
+the paged workload list (kueue.x-k8s.io/v1beta1; `limit` + `continue`), pod lists with equality label selectors, event lists with
 involvedObject field selectors, GET /api/v1/nodes/{name}; `*List` kinds with metadata, 404/401 as
 `Status` objects; bearer-token authentication when a token is set. `fail_next` injects faults.
 """
@@ -56,6 +56,16 @@ class KubeStandIn:
                 q = {k: v[0] for k, v in parse_qs(u.query).items()}
                 parts = u.path.strip("/").split("/")
                 ns = outer.namespace
+                if u.path == f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/workloads":
+                    # a list, paged the way the API pages: `limit` items, then a `continue` token
+                    names = sorted(outer.workloads)
+                    first = int(q.get("continue") or 0)
+                    limit = int(q.get("limit") or len(names) or 1)
+                    rest = first + limit < len(names)
+                    return self._send(200, json.dumps({
+                        "kind": "WorkloadList", "apiVersion": "kueue.x-k8s.io/v1beta1",
+                        "metadata": {"resourceVersion": "1", **({"continue": str(first + limit)} if rest else {})},
+                        "items": [outer.workloads[n] for n in names[first:first + limit]]}))
                 if u.path.startswith(f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/workloads/"):
                     wl = outer.workloads.get(parts[-1])
                     if wl is None:

@@ -1,0 +1,422 @@
+"""`attribution serve`: the HTTP face of the project (FastAPI, which Prefect already ships).
+
+Triggers (each starts the attempt deployment, fire-and-forget, under the idempotency key
+`<cluster>:<scheduler>:<job_id>:<attempt>`, so a repeat of the same attempt returns the same run):
+    POST /v1/webhooks/slurm        a Slurm completion hook (deployments/slurm/)      HMAC-signed
+    POST /v1/webhooks/kubernetes   a Kueue Workload finished/evicted (deployments/kubernetes/)  HMAC-signed
+    POST /v1/attempts              an explicit scope                                 bearer token
+Reads (bearer token): GET /v1/diagnoses/{id}, GET /v1/diagnoses?cluster=&since=&until=&terminal_state=&node=
+Open: GET /healthz, GET /metrics (Prometheus text).
+
+Webhook signature: X-Attribution-Timestamp: <unix seconds>, X-Attribution-Signature:
+sha256=<hex HMAC-SHA256(secret, "<timestamp>." + body)>; timestamps outside the replay window are
+refused. Secrets come from the environment (names in the config). Refusals say 401 or 403 and
+nothing else; the reason goes to the log and to /metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+import time
+from collections import OrderedDict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from attribution.config import Config
+
+log = logging.getLogger("attribution.service")
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"                 # cluster names, hosts: what the rest of the system accepts
+SLURM_JOB_ID = r"^\d{1,12}(?:_\d{1,9})?(?:\+\d{1,6})?$"
+K8S_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"        # RFC 1123 subdomain
+SUCCESS_STATES = {"COMPLETED"}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_max_length=4096)
+
+
+class SlurmJobEvent(Strict):
+    """What deployments/slurm/attribution-hook sends when a job ends (jobcomp/script)."""
+
+    cluster: str = Field(pattern=NAME)
+    job_id: str = Field(pattern=SLURM_JOB_ID)
+    state: str = Field(pattern=r"^[A-Z_]{3,32}(?: by \d{1,10})?$", description="JOBSTATE, e.g. FAILED, NODE_FAIL")
+    attempt: int = Field(0, ge=0, le=100000, description="the job's restart count when known")
+    nodes: str | None = Field(None, max_length=65536, description="Slurm hostlist expression")
+    exit_code: str | None = Field(None, pattern=r"^-?\d{1,5}(?::-?\d{1,5})?$")
+    start: datetime | None = None
+    end: datetime | None = None
+    partition: str | None = Field(None, pattern=NAME)
+    user: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    diagnose: bool = Field(False, description="diagnose even if the job completed")
+
+
+class KubernetesWorkloadEvent(Strict):
+    """A Kueue Workload whose Finished or Evicted condition changed (deployments/kubernetes/forwarder.py)."""
+
+    cluster: str = Field(pattern=NAME)
+    namespace: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    name: str = Field(pattern=K8S_NAME)
+    uid: str | None = Field(None, pattern=r"^[0-9a-fA-F-]{1,64}$")
+    attempt: int = Field(0, ge=0, le=100000, description="status.requeueState.count")
+    conditions: list[dict[str, Any]] = Field(max_length=64, description="the Workload's status.conditions")
+    diagnose: bool = False
+
+
+class AttemptRequest(Strict):
+    """An explicit request: a job on a configured cluster, or nodes + a window."""
+
+    cluster: str = Field(pattern=NAME)
+    job_id: str | None = Field(None, max_length=300, pattern=r"^[A-Za-z0-9._/+-]+$")
+    attempt: int = Field(0, ge=0, le=100000)
+    nodes: list[Annotated[str, Field(pattern=NAME)]] | None = Field(None, min_length=1, max_length=100000)
+    start: datetime | None = None
+    end: datetime | None = None
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> "AttemptRequest":
+        if bool(self.job_id) == bool(self.nodes):
+            raise ValueError("give either job_id or nodes (+ start and end)")
+        if self.nodes:
+            if not (self.start and self.end):
+                raise ValueError("nodes need start and end")
+            if self.start.tzinfo is None or self.end.tzinfo is None:
+                raise ValueError("start and end need a time zone (RFC 3339)")
+            if self.end <= self.start:
+                raise ValueError("end must be after start")
+        return self
+
+
+class Accepted(BaseModel):
+    status: Literal["accepted", "recorded"]
+    idempotency_key: str
+    flow_run_id: str | None = None
+    duplicate: bool = False
+    reason: str | None = None
+
+
+class AuthError(Exception):
+    def __init__(self, status: int, reason: str):
+        self.status, self.reason = status, reason
+
+
+# -------------------------------------------------------------------------------------------- auth
+
+def sign(secret: str, body: bytes, timestamp: int | None = None) -> dict[str, str]:
+    """The headers a sender adds (the hooks in deployments/ do the same in a few lines)."""
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    mac = hmac.new(secret.encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return {"X-Attribution-Timestamp": ts, "X-Attribution-Signature": f"sha256={mac}"}
+
+
+def check_signature(secret: str | None, headers, body: bytes, window_s: float, now: float | None = None) -> None:
+    if secret is None:
+        return
+    ts, sig = headers.get("x-attribution-timestamp"), headers.get("x-attribution-signature")
+    if not ts or not sig:
+        raise AuthError(401, "signature missing")
+    if not re.fullmatch(r"\d{1,12}", ts):
+        raise AuthError(403, "timestamp malformed")
+    if abs((now or time.time()) - int(ts)) > window_s:
+        raise AuthError(403, "timestamp outside the replay window")
+    want = "sha256=" + hmac.new(secret.encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(want.encode(), sig.strip().encode()):
+        raise AuthError(403, "signature mismatch")
+
+
+def check_bearer(token: str | None, headers) -> None:
+    if token is None:
+        return
+    auth = headers.get("authorization") or ""
+    if not auth:
+        raise AuthError(401, "token missing")
+    scheme, _, given = auth.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise AuthError(403, "token mismatch")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refusing more than `limit` bytes whether or not Content-Length tells the truth."""
+    declared = request.headers.get("content-length")
+    if declared and (not declared.isdigit() or int(declared) > limit):
+        raise HTTPException(413, f"body larger than {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(413, f"body larger than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse(model: type[BaseModel], body: bytes) -> Any:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise HTTPException(422, [{"field": ".".join(str(p) for p in e["loc"]) or "body", "error": e["msg"]}
+                                  for e in exc.errors(include_url=False, include_input=False)][:20]) from None
+
+
+# ----------------------------------------------------------------------------------------- trigger
+
+class Trigger:
+    """Starts the attempt deployment once per idempotency key.
+
+    Prefect's idempotency key is the truth (any number of service replicas agree through it); the
+    per-key lock and the small memory only spare the server the duplicates of a webhook storm."""
+
+    def __init__(self, deployment: str, memory: int = 100_000):
+        self.deployment = deployment
+        self.memory: OrderedDict[str, str] = OrderedDict()
+        self.locks: dict[str, asyncio.Lock] = {}
+        self.memory_size = memory
+
+    async def start(self, key: str, parameters: dict[str, Any], tags: list[str]) -> tuple[str, bool]:
+        """(flow run id, whether the run existed already)."""
+        from prefect.deployments import run_deployment
+
+        if len(self.locks) > 10_000:
+            self.locks = {k: v for k, v in self.locks.items() if v.locked()}
+        async with self.locks.setdefault(key, asyncio.Lock()):
+            if key in self.memory:
+                self.memory.move_to_end(key)
+                return self.memory[key], True
+            asked = datetime.now(timezone.utc)
+            run = await run_deployment(self.deployment, parameters=parameters, timeout=0, idempotency_key=key,
+                                       tags=tags, as_subflow=False, flow_run_name=key.replace(":", "-")[:200])
+            # Prefect answers a known key with the existing run: one created before we asked is a repeat
+            duplicate = run.created is not None and (asked - run.created).total_seconds() > 1.0
+            self.memory[key] = str(run.id)
+            while len(self.memory) > self.memory_size:
+                self.memory.popitem(last=False)
+            return str(run.id), duplicate
+
+
+# ---------------------------------------------------------------------------------------- the app
+
+def create_app(cfg: Config, trigger: Trigger | None = None) -> FastAPI:
+    svc = cfg.service
+    token = os.environ.get(svc.token_env) or None
+    secret = os.environ.get(svc.webhook_secret_env) or None
+    trigger = trigger or Trigger(svc.deployment)
+    registry = CollectorRegistry()
+    requests_total = Counter("attribution_http_requests", "HTTP requests answered", ["endpoint", "code"],
+                             registry=registry)
+    latency = Histogram("attribution_http_request_seconds", "time to answer", ["endpoint"], registry=registry,
+                        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+    triggers = Counter("attribution_triggers", "triggers by outcome", ["source", "outcome"], registry=registry)
+    runs_started = Counter("attribution_flow_runs_started", "flow runs started (not counting duplicates)",
+                           ["source"], registry=registry)
+    auth_failures = Counter("attribution_auth_failures", "refused requests by reason", ["reason"], registry=registry)
+    trigger_failures = Counter("attribution_trigger_failures", "triggers that could not reach Prefect",
+                               registry=registry)
+
+    class DiagnosesByState:
+        def collect(self):
+            g = GaugeMetricFamily("attribution_diagnoses", "diagnoses in the warehouse by terminal_state",
+                                  labels=["terminal_state"])
+            for state, n in _warehouse_rows(cfg, "SELECT terminal_state, count(*) FROM diagnoses GROUP BY 1", [],
+                                            quiet=True):
+                g.add_metric([state], n)
+            yield g
+
+    registry.register(DiagnosesByState())
+
+    app = FastAPI(title="workload-attribution", version="1", description=__doc__.split("\n\n")[0])
+
+    @app.middleware("http")
+    async def _measure(request: Request, call_next):
+        started = time.perf_counter()
+        route = request.scope.get("route")
+        try:
+            response = await call_next(request)
+        except Exception:
+            log.exception("unhandled error on %s", request.url.path)
+            response = JSONResponse({"detail": "internal error"}, status_code=500)
+        route = request.scope.get("route") or route
+        endpoint = getattr(route, "path", "unmatched")
+        requests_total.labels(endpoint, str(response.status_code)).inc()
+        latency.labels(endpoint).observe(time.perf_counter() - started)
+        return response
+
+    def refuse(exc: AuthError) -> JSONResponse:
+        auth_failures.labels(exc.reason).inc()
+        log.warning("refused: %s", exc.reason)
+        return JSONResponse({"detail": "authentication required" if exc.status == 401 else "forbidden"},
+                            status_code=exc.status,
+                            headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
+
+    async def signed_body(request: Request) -> bytes:
+        body = await read_body(request, svc.max_body_bytes)
+        check_signature(secret, request.headers, body, svc.replay_window_s)
+        return body
+
+    async def bearer_body(request: Request) -> bytes:
+        check_bearer(token, request.headers)
+        return await read_body(request, svc.max_body_bytes)
+
+    def known_cluster(name: str) -> None:
+        if cfg.clusters and name not in cfg.clusters:
+            raise HTTPException(422, [{"field": "cluster", "error": f"cluster {name!r} is not configured"}])
+
+    async def start(source: str, key: str, params: dict[str, Any]) -> JSONResponse:
+        try:
+            run_id, duplicate = await trigger.start(key, params, tags=[f"trigger:{source}", f"cluster:{params.get('cluster')}"])
+        except Exception as exc:
+            trigger_failures.inc()
+            triggers.labels(source, "error").inc()
+            log.error("could not start %s for %s: %s: %s", svc.deployment, key, type(exc).__name__, exc)
+            return JSONResponse({"detail": "orchestrator unavailable, retry later"}, status_code=503,
+                                headers={"Retry-After": "10"})
+        triggers.labels(source, "duplicate" if duplicate else "started").inc()
+        if not duplicate:
+            runs_started.labels(source).inc()
+        return JSONResponse(Accepted(status="accepted", idempotency_key=key, flow_run_id=run_id,
+                                     duplicate=duplicate).model_dump(), status_code=202)
+
+    def recorded(source: str, key: str, why: str) -> JSONResponse:
+        triggers.labels(source, "recorded").inc()
+        log.info("recorded, not diagnosed: %s (%s)", key, why)
+        return JSONResponse(Accepted(status="recorded", idempotency_key=key, reason=why).model_dump(), status_code=200)
+
+    @app.exception_handler(AuthError)
+    async def _auth(request: Request, exc: AuthError):
+        return refuse(exc)
+
+    @app.post("/v1/webhooks/slurm", status_code=202, response_model=Accepted,
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": SlurmJobEvent.model_json_schema()}}}})
+    async def slurm_webhook(request: Request):
+        """A Slurm job ended (sent by deployments/slurm/attribution-hook). Failed -> diagnosed."""
+        ev = parse(SlurmJobEvent, await signed_body(request))
+        known_cluster(ev.cluster)
+        key = f"{ev.cluster}:slurm:{ev.job_id}:{ev.attempt}"
+        if ev.state.split()[0] in SUCCESS_STATES and not (ev.diagnose or svc.diagnose_completed):
+            return recorded("slurm", key, f"job {ev.state}")
+        return await start("slurm", key, {"cluster": ev.cluster, "job_id": ev.job_id, "attempt": ev.attempt,
+                                          "trigger": "completion"})
+
+    @app.post("/v1/webhooks/kubernetes", status_code=202, response_model=Accepted,
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": KubernetesWorkloadEvent.model_json_schema()}}}})
+    async def kubernetes_webhook(request: Request):
+        """A Kueue Workload finished or was evicted. Evicted, or Finished but not Succeeded -> diagnosed."""
+        from connectors.kueue import ended_badly
+
+        ev = parse(KubernetesWorkloadEvent, await signed_body(request))
+        known_cluster(ev.cluster)
+        key = f"{ev.cluster}:kueue:{ev.namespace}/{ev.name}:{ev.attempt}"
+        cond = ended_badly(ev.conditions)
+        if cond is None and not (ev.diagnose or svc.diagnose_completed):
+            return recorded("kubernetes", key, "workload did not end in failure or eviction")
+        return await start("kubernetes", key, {"cluster": ev.cluster, "job_id": f"{ev.namespace}/{ev.name}",
+                                               "attempt": ev.attempt, "trigger": "completion"})
+
+    @app.post("/v1/attempts", status_code=202, response_model=Accepted,
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": AttemptRequest.model_json_schema()}}}})
+    async def attempts(request: Request):
+        """Diagnose an explicit attempt: a job on a configured cluster, or nodes + window."""
+        req = parse(AttemptRequest, await bearer_body(request))
+        known_cluster(req.cluster)
+        sched = cfg.clusters[req.cluster].scheduler if req.cluster in cfg.clusters else "static"
+        if req.job_id:
+            key = f"{req.cluster}:{sched}:{req.job_id}:{req.attempt}"
+            params = {"cluster": req.cluster, "job_id": req.job_id, "attempt": req.attempt}
+        else:
+            key = f"{req.cluster}:static:{','.join(req.nodes)}@{req.start.isoformat()}:{req.attempt}"
+            params = {"cluster": req.cluster, "nodes": req.nodes, "start": req.start.isoformat(),
+                      "end": req.end.isoformat()}
+        return await start("api", key[:2000], params)
+
+    @app.get("/v1/diagnoses/{diagnosis_id}")
+    def get_diagnosis(diagnosis_id: str, request: Request) -> dict[str, Any]:
+        """One diagnosis, the full document."""
+        check_bearer(token, request.headers)
+        if not re.fullmatch(r"[0-9a-fA-F-]{32,36}", diagnosis_id):
+            raise HTTPException(422, [{"field": "diagnosis_id", "error": "not a diagnosis id (UUID)"}])
+        rows = _warehouse_rows(cfg, "SELECT diagnosis FROM diagnoses WHERE diagnosis_id = ?", [diagnosis_id.lower()])
+        if not rows:
+            raise HTTPException(404, "no such diagnosis")
+        return json.loads(rows[0][0])
+
+    @app.get("/v1/diagnoses")
+    def list_diagnoses(request: Request,
+                       cluster: Annotated[str | None, Query(pattern=NAME)] = None,
+                       since: datetime | None = None, until: datetime | None = None,
+                       terminal_state: Annotated[str | None, Query(pattern=r"^[a-z_]{1,40}$")] = None,
+                       node: Annotated[str | None, Query(pattern=NAME)] = None,
+                       limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                       offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0) -> dict[str, Any]:
+        """Diagnoses, newest attempt end first, filtered; `node` matches affected nodes and the root's node."""
+        check_bearer(token, request.headers)
+        where, args = [], []
+        for cond, value in (("cluster = ?", cluster), ("attempt_end >= ?", since), ("attempt_end < ?", until),
+                            ("terminal_state = ?", terminal_state)):
+            if value is not None:
+                where.append(cond)
+                args.append(value)
+        if node:
+            where.append("(root_node = ? OR list_contains(affected_nodes, ?))")
+            args += [node, node]
+        sql = ("SELECT diagnosis_id, cluster, scheduler, job_id, attempt, attempt_end, terminal_state, sub_domain, "
+               "confidence, root_node, affected_nodes, recommended_action, rules_version FROM diagnoses_api "
+               + ("WHERE " + " AND ".join(where) if where else "")
+               + " ORDER BY attempt_end DESC NULLS LAST, diagnosis_id LIMIT ? OFFSET ?")
+        rows = _warehouse_rows(cfg, sql, args + [limit, offset])
+        cols = ["diagnosis_id", "cluster", "scheduler", "job_id", "attempt", "attempt_end", "terminal_state",
+                "sub_domain", "confidence", "root_node", "affected_nodes", "recommended_action", "rules_version"]
+        items = [dict(zip(cols, r)) for r in rows]
+        for it in items:
+            it["attempt_end"] = it["attempt_end"].isoformat() if it["attempt_end"] else None
+        return {"items": items, "limit": limit, "offset": offset}
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok", "deployment": svc.deployment, "auth": {"bearer": token is not None,
+                                                                       "webhook_hmac": secret is not None}}
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def metrics() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(registry), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+_DIAGNOSES_API = """
+WITH diagnoses_api AS (
+SELECT d.diagnosis_id, d.cluster, d.scheduler, d.job_id, d.attempt, d.end_time AS attempt_end, d.terminal_state,
+       d.sub_domain, d.confidence, d.root_node, list(a.node ORDER BY a.node) FILTER (WHERE a.node IS NOT NULL)
+       AS affected_nodes, d.recommended_action, d.rules_version
+FROM diagnoses d LEFT JOIN diagnosis_affected_nodes a USING (diagnosis_id)
+GROUP BY ALL)
+"""
+
+
+def _warehouse_rows(cfg: Config, sql: str, args: list, quiet: bool = False) -> list[tuple]:
+    """Read the warehouse briefly (writers are other processes: hold the file as little as possible)."""
+    from warehouse.store import Warehouse, WarehouseLocked
+
+    if not Path(cfg.warehouse).exists():
+        return []
+    try:
+        with Warehouse(cfg.warehouse, lock_wait_s=10).connect(read_only=True) as con:
+            return con.execute((_DIAGNOSES_API if "diagnoses_api" in sql else "") + sql, args).fetchall()
+    except WarehouseLocked:
+        if quiet:
+            return []
+        raise HTTPException(503, "warehouse busy, retry", headers={"Retry-After": "2"}) from None
