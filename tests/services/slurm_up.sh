@@ -37,7 +37,11 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmrestd >/dev/null || ! 
   apt-get install -y -qq --no-install-recommends $pkgs >/dev/null 2>&1 \
     || { apt-get update -qq && apt-get install -y -qq --no-install-recommends $pkgs >/dev/null; }
 fi
-mkdir -p "$BASE" "$S"/{etc,state,spool,log,run,rest}
+mkdir -p "$BASE" "$S"/{etc,state,spool,log,run,rest,hook}
+# the shipped completion hook, installed as an admin would (its attribution-hook.conf is written by
+# the test that points it at a service; without one the hook only logs that it is not configured)
+install -m 0755 "$(dirname "$0")/../../deployments/slurm/attribution-hook" "$S/hook/attribution-hook"
+chown slurm:slurm "$S/hook"
 : > "$BASE/pids"
 chown -R slurm:slurm "$S/state" "$S/log" "$S/run"
 
@@ -88,6 +92,8 @@ MinJobAge=3600
 KillWait=2
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
+JobCompType=jobcomp/script
+JobCompLoc=$S/hook/attribution-hook
 NodeName=node[01-$LAST] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[17001-$((17000 + NODES))] CPUs=8 RealMemory=2000   # oversubscribed on purpose: tests run several jobs at once
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
@@ -157,5 +163,6 @@ export SLURM_TEST_JOBDIR=$S/jobs
 export SLURMRESTD_URL=http://127.0.0.1:$REST_PORT
 export SLURMRESTD_USER=root
 export SLURMRESTD_TOKEN=$TOKEN
+export SLURM_HOOK_DIR=$S/hook
 EOF
 echo "$BASE/env.sh"
