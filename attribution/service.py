@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -213,6 +213,7 @@ def create_app(cfg: Config, trigger: Trigger | None = None) -> FastAPI:
     token = os.environ.get(svc.token_env) or None
     secret = os.environ.get(svc.webhook_secret_env) or None
     trigger = trigger or Trigger(svc.deployment)
+    disable_created_metrics()   # *_created series only double the scrape
     registry = CollectorRegistry()
     requests_total = Counter("attribution_http_requests", "HTTP requests answered", ["endpoint", "code"],
                              registry=registry)

@@ -166,13 +166,13 @@ def ended_badly(conditions: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def discover_failed(src: KueueSource, start: datetime, end: datetime,
-                    transport: httpx.BaseTransport | None = None) -> list[dict[str, Any]]:
+                    transport: httpx.BaseTransport | None = None, page_size: int = 500) -> list[dict[str, Any]]:
     """Workloads of the namespace whose attempt ended badly inside [start, end), following the
     list's `continue` tokens (bounded: a server that never stops paging is an error)."""
     out, token = [], None
     with _client(src, transport) as client:
         for _ in range(1000):
-            params = {"limit": 500, **({"continue": token} if token else {})}
+            params = {"limit": page_size, **({"continue": token} if token else {})}
             page = _get(client, f"{KUEUE_API}/namespaces/{src.namespace}/workloads", params)
             for wl in page.get("items") or []:
                 status = wl.get("status") or {}

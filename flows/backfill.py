@@ -223,7 +223,7 @@ def run_all(todo: list[tuple[Attempt, str]], submit: Callable[[Attempt], Any], w
 
 def _prepare(since: str | None, until: str | None, cfg: Config) -> tuple[datetime, datetime]:
     until_t = parse_when(until) if until else datetime.now(timezone.utc)
-    since_t = parse_when(since, until_t) if since else until_t - timedelta(hours=cfg.backfill.lookback_hours)
+    since_t = parse_when(since) if since else until_t - timedelta(hours=cfg.backfill.lookback_hours)
     if since_t >= until_t:
         raise ValueError(f"--since ({since_t.isoformat()}) must be before --until ({until_t.isoformat()})")
     return since_t, until_t

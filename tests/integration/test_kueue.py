@@ -98,3 +98,18 @@ def test_wrong_token_is_an_error_not_a_crash(api, monkeypatch):
         assert cov.status == CoverageStatus.error and "not JSON" in cov.error
     finally:
         release_staging(staging)
+
+
+def test_discover_failed_workloads_pages_and_windows(api):
+    from datetime import datetime, timezone
+
+    from connectors.kueue import discover_failed
+
+    t = lambda text: datetime.fromisoformat(text).replace(tzinfo=timezone.utc)  # noqa: E731
+    found = discover_failed(_src(api), t("2026-01-01T00:00:00"), t("2027-01-01T00:00:00"), page_size=1)  # a page each
+    assert [(w["job_id"], w["reason"], w["end"], w["attempt"]) for w in found] == [
+        ("llm-train/pytorchjob-moe-8x22b-376c1", "Preempted", t("2026-03-07T09:21:44"), 0),
+        ("llm-train/pytorchjob-moe-8x22b-b9d4b", "Failed", t("2026-11-02T21:17:41"), 0)]
+    # [start, end): the eviction is outside a window that starts after it; an end equal to the window's end is out
+    assert [w["reason"] for w in discover_failed(_src(api), t("2026-06-01T00:00:00"), t("2027-01-01T00:00:00"))] == ["Failed"]
+    assert discover_failed(_src(api), t("2026-01-01T00:00:00"), t("2026-03-07T09:21:44")) == []

@@ -1,0 +1,219 @@
+"""`attribution serve` in-process (FastAPI's TestClient): authentication, limits, validation, what
+is recorded instead of diagnosed, reads from a real warehouse, metrics, the OpenAPI schema.
+
+Every request here is refused or answered before any flow run is started, so the trigger is a
+recorder that fails the test if it is ever called where it must not be; the path that does start
+runs is tested against a real Prefect server in tests/integration/test_triggers.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from attribution.config import Config
+from attribution.service import create_app, sign
+from tests.conftest import WORKED
+
+TOKEN, SECRET = "tok-123", "sec-456"
+FAILED = {"cluster": "eos", "job_id": "4191701", "state": "FAILED", "nodes": "gb-r12-n[01-06]", "exit_code": "1:0"}
+
+
+class MustNotStart:
+    def __init__(self):
+        self.calls = []
+
+    async def start(self, key, parameters, tags):
+        self.calls.append(key)
+        raise AssertionError(f"no flow run may start here ({key})")
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTRIBUTION_API_TOKEN", TOKEN)
+    monkeypatch.setenv("ATTRIBUTION_WEBHOOK_SECRET", SECRET)
+    cfg = Config(warehouse=str(tmp_path / "w.duckdb"), clusters={"eos": {"scheduler": "slurm"}})
+    trigger = MustNotStart()
+    return TestClient(create_app(cfg, trigger)), trigger, cfg
+
+
+def signed(body: bytes, **kw) -> dict:
+    return {**sign(SECRET, body, **kw), "Content-Type": "application/json"}
+
+
+def post_slurm(client, doc, headers=None):
+    body = json.dumps(doc).encode()
+    return client.post("/v1/webhooks/slurm", content=body, headers=headers if headers is not None else signed(body))
+
+
+@pytest.mark.parametrize("case, headers, status", [
+    ("no signature", {}, 401),
+    ("signature of another body", "other", 403),
+    ("wrong secret", "wrong-secret", 403),
+    ("stale timestamp", "stale", 403),
+    ("future timestamp", "future", 403),
+    ("malformed timestamp", "malformed", 403),
+])
+def test_webhook_signature_is_required(env, case, headers, status):
+    client, trigger, _ = env
+    body = json.dumps(FAILED).encode()
+    if headers == "other":
+        headers = signed(b'{"cluster": "eos"}')
+    elif headers == "wrong-secret":
+        headers = {**sign("not-the-secret", body), "Content-Type": "application/json"}
+    elif headers == "stale":
+        headers = signed(body, timestamp=int(time.time()) - 301)
+    elif headers == "future":
+        headers = signed(body, timestamp=int(time.time()) + 301)
+    elif headers == "malformed":
+        headers = {**signed(body), "X-Attribution-Timestamp": "12a"}
+    r = client.post("/v1/webhooks/slurm", content=body, headers=headers)
+    assert r.status_code == status
+    # nothing about why leaks to the caller; the reason is counted in /metrics
+    assert r.json() == {"detail": "authentication required" if status == 401 else "forbidden"}
+    assert trigger.calls == []
+    assert "attribution_auth_failures_total" in client.get("/metrics").text
+
+
+@pytest.mark.parametrize("auth, status", [(None, 401), ("Bearer nope", 403), ("Basic dG9rLTEyMw==", 403),
+                                          (f"Bearer {TOKEN}x", 403)])
+def test_bearer_token_is_required(env, auth, status):
+    client, trigger, _ = env
+    headers = {"Authorization": auth} if auth else {}
+    body = {"cluster": "eos", "job_id": "1"}
+    assert client.post("/v1/attempts", json=body, headers=headers).status_code == status
+    assert client.get("/v1/diagnoses", headers=headers).status_code == status
+    assert client.get("/v1/diagnoses/0f8e4c57-6c1c-5d6b-9d54-6ee4c2a8a001", headers=headers).status_code == status
+    assert trigger.calls == []
+
+
+def test_oversized_body_is_refused_before_reading_it_all(env):
+    client, trigger, _ = env
+    body = json.dumps({**FAILED, "nodes": "n" * 70000}).encode()
+    assert client.post("/v1/webhooks/slurm", content=body, headers=signed(body)).status_code == 413
+
+    def chunks():   # no Content-Length: counted while streaming
+        for _ in range(100):
+            yield b"x" * 1024
+    r = client.post("/v1/webhooks/slurm", content=chunks(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 413
+    assert trigger.calls == []
+
+
+@pytest.mark.parametrize("doc, field", [
+    (b"{not json", "body"),
+    ({**FAILED, "job_id": "123; DROP TABLE diagnoses"}, "job_id"),
+    ({**FAILED, "job_id": 123456}, "job_id"),
+    ({**FAILED, "state": "FAILED\nX-Injected: 1"}, "state"),
+    ({**FAILED, "cluster": "../etc"}, "cluster"),
+    ({**FAILED, "attempt": -1}, "attempt"),
+    ({**FAILED, "attempt": "one"}, "attempt"),
+    ({**FAILED, "start": "yesterday"}, "start"),
+    ({**FAILED, "unexpected": 1}, "unexpected"),
+    ({k: v for k, v in FAILED.items() if k != "state"}, "state"),
+    ({**FAILED, "cluster": "other"}, "cluster"),      # not a configured cluster
+])
+def test_malformed_webhook_is_422_naming_the_field(env, doc, field):
+    client, trigger, _ = env
+    body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    r = client.post("/v1/webhooks/slurm", content=body, headers=signed(body))
+    assert r.status_code == 422, r.text
+    assert field in [d["field"] for d in r.json()["detail"]]
+    assert trigger.calls == []
+
+
+@pytest.mark.parametrize("doc, error", [
+    ({"cluster": "eos"}, "either job_id or nodes"),
+    ({"cluster": "eos", "job_id": "1", "nodes": ["a"]}, "either job_id or nodes"),
+    ({"cluster": "eos", "nodes": ["a"], "start": "2026-11-20T10:00:00Z"}, "nodes need start and end"),
+    ({"cluster": "eos", "nodes": ["a"], "start": "2026-11-20T10:00:00Z", "end": "2026-11-20T09:00:00Z"},
+     "end must be after start"),
+    ({"cluster": "eos", "nodes": ["a"], "start": "2026-11-20T10:00:00", "end": "2026-11-20T11:00:00"},
+     "time zone"),
+    ({"cluster": "eos", "nodes": ["host with space"], "start": "2026-11-20T10:00:00Z", "end": "2026-11-20T11:00:00Z"},
+     "pattern"),
+])
+def test_explicit_attempt_validation(env, doc, error):
+    client, trigger, _ = env
+    r = client.post("/v1/attempts", json=doc, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 422
+    assert error in json.dumps(r.json())
+    assert trigger.calls == []
+
+
+def test_completed_attempts_are_recorded_not_diagnosed(env):
+    client, trigger, _ = env
+    r = post_slurm(client, {**FAILED, "state": "COMPLETED", "exit_code": "0:0"})
+    assert r.status_code == 200
+    assert r.json() == {"status": "recorded", "idempotency_key": "eos:slurm:4191701:0", "flow_run_id": None,
+                        "duplicate": False, "reason": "job COMPLETED"}
+    wl = {"cluster": "eos", "namespace": "team-a", "name": "train-1",
+          "conditions": [{"type": "Finished", "status": "True", "reason": "Succeeded"}]}
+    body = json.dumps(wl).encode()
+    r = client.post("/v1/webhooks/kubernetes", content=body, headers=signed(body))
+    assert r.status_code == 200 and r.json()["status"] == "recorded"
+    assert trigger.calls == []
+    assert 'attribution_triggers_total{outcome="recorded",source="slurm"} 1.0' in client.get("/metrics").text
+
+
+def test_prefect_down_is_503_with_retry_after(env, monkeypatch):
+    client, trigger, _ = env
+
+    async def down(key, parameters, tags):
+        raise ConnectionError("All connection attempts failed")
+    monkeypatch.setattr(trigger, "start", down)
+    r = post_slurm(client, FAILED)
+    assert r.status_code == 503 and r.headers["Retry-After"] == "10"
+    assert "connection" not in r.text.lower()
+    assert "attribution_trigger_failures_total 1.0" in client.get("/metrics").text
+
+
+def test_reads_come_from_the_warehouse(env):
+    from flows.inline import attribute_inline
+    from flows.pipeline import Request
+    from rules.pack import default_pack
+
+    client, _, cfg = env
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert client.get("/v1/diagnoses", headers=auth).json()["items"] == []     # no warehouse yet: empty, not an error
+    d = attribute_inline(Request(bundle=str(WORKED), warehouse=cfg.warehouse), default_pack())
+    items = client.get("/v1/diagnoses", params={"cluster": "eos", "terminal_state": "hardware_failure"},
+                       headers=auth).json()["items"]
+    assert [i["diagnosis_id"] for i in items] == [d.diagnosis_id]
+    assert items[0]["affected_nodes"] == ["gb-r12-n04"] and items[0]["attempt_end"].startswith("2026-11-20T12:13:07")
+    for params in ({"cluster": "other"}, {"terminal_state": "completed"}, {"node": "gb-r12-n01"},
+                   {"since": "2026-11-21T00:00:00Z"}, {"until": "2026-11-20T00:00:00Z"}):
+        assert client.get("/v1/diagnoses", params=params, headers=auth).json()["items"] == [], params
+    doc = client.get(f"/v1/diagnoses/{d.diagnosis_id}", headers=auth).json()
+    assert doc["diagnosis_id"] == d.diagnosis_id and doc["sub_domain"] == "nvlink"
+    assert client.get("/v1/diagnoses/00000000-0000-0000-0000-000000000000", headers=auth).status_code == 404
+    assert client.get("/v1/diagnoses/x' OR 1=1 --", headers=auth).status_code in (404, 422)
+    assert client.get("/v1/diagnoses", params={"node": "a' OR '1'='1"}, headers=auth).status_code == 422
+    assert client.get("/v1/diagnoses", params={"limit": 5000}, headers=auth).status_code == 422
+    metrics = client.get("/metrics").text
+    assert 'attribution_diagnoses{terminal_state="hardware_failure"} 1.0' in metrics
+
+
+def test_openapi_documents_every_endpoint_and_payload(env):
+    client, _, _ = env
+    spec = client.get("/openapi.json").json()
+    assert {"/v1/webhooks/slurm", "/v1/webhooks/kubernetes", "/v1/attempts", "/v1/diagnoses",
+            "/v1/diagnoses/{diagnosis_id}", "/healthz", "/metrics"} <= set(spec["paths"])
+    body = spec["paths"]["/v1/webhooks/slurm"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert {"cluster", "job_id", "state"} <= set(body["required"])
+
+
+def test_serve_refuses_to_start_without_secrets(monkeypatch, capsys):
+    from attribution.cli import main
+
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:1/api")
+    monkeypatch.delenv("ATTRIBUTION_API_TOKEN", raising=False)
+    monkeypatch.delenv("ATTRIBUTION_WEBHOOK_SECRET", raising=False)
+    assert main(["serve"]) == 2
+    assert "ATTRIBUTION_API_TOKEN and ATTRIBUTION_WEBHOOK_SECRET" in capsys.readouterr().err
+    monkeypatch.delenv("PREFECT_API_URL")
+    assert main(["serve", "--insecure-no-auth"]) == 2
+    assert "PREFECT_API_URL" in capsys.readouterr().err
