@@ -150,6 +150,20 @@ def test_duplicate_webhooks_start_one_run(stack):
     assert 'attribution_flow_runs_started_total{source="kubernetes"} 1.0' in metrics
 
 
+def test_kubernetes_forwarder_posts_ended_workloads(stack, kube):
+    """The shipped forwarder (deployments/kubernetes/forwarder.py, --once: list and catch up) against
+    the API stand-in: the failed Workload reaches the service, signed, with its conditions."""
+    r = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "deployments/kubernetes/forwarder.py"),
+                        "--once", "--since-minutes", "10000000"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "KUBE_URL": kube.url, "NAMESPACE": "llm-train", "ATTRIBUTION_CLUSTER": "k8s",
+                            "ATTRIBUTION_URL": f"{stack.url}/v1/webhooks/kubernetes", "ATTRIBUTION_SECRET": SECRET})
+    assert r.returncode == 0, r.stderr
+    posted = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(posted) == 1
+    assert posted[0]["status"] == 202 and posted[0]["condition"] == "Finished" and posted[0]["reason"] == "Failed"
+    assert posted[0]["idempotency_key"] == "k8s:kueue:llm-train/pytorchjob-moe-8x22b-b9d4b:0" and posted[0]["flow_run_id"]
+
+
 def test_failed_slurm_job_fires_the_hook_and_is_diagnosed(stack):
     if not stack.slurm:
         pytest.skip("real Slurm needs root")
