@@ -99,7 +99,7 @@ def forward(wl, cluster, sent):
         return
     status, answer = post(ev)
     print(json.dumps({"workload": f"{ev['namespace']}/{ev['name']}", "attempt": ev["attempt"],
-                      "condition": cond.get("type"), "reason": cond.get("reason"), "status": status, **answer}),
+                      "condition": cond.get("type"), "reason": cond.get("reason"), "http": status, "answer": answer}),
           flush=True)
     if status is not None and status < 500:
         sent.add(mark)

@@ -37,7 +37,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 @pytest.fixture(scope="module")
 def kube():
-    server = KubeStandIn(namespace="llm-train").start()
+    server = KubeStandIn(namespace="team-a").start()
     name = json.loads((OOM / "scheduler" / "workload.json").read_text())["metadata"]["name"]
     server.load_bundle(OOM / "scheduler", {"kueue.x-k8s.io/workload-name": name})
     yield server
@@ -56,7 +56,7 @@ def stack(tmp_path_factory, kube, request):
            "clusters": {
                "lab": {"scheduler": "static", "timezone": "Europe/Berlin",
                        "sources": {s: files(WORKED, s) for s in ("app", "syslog", "fabricmanager")}},
-               "k8s": {"scheduler": "kueue", "kueue": {"url": kube.url, "namespace": "llm-train", "token_env": None},
+               "k8s": {"scheduler": "kueue", "kueue": {"url": kube.url, "namespace": "team-a", "token_env": None},
                        "sources": {s: files(OOM, s) for s in ("app", "syslog")}},
                "ci": {"scheduler": "slurm", "slurm": {}},
            }}
@@ -110,7 +110,7 @@ def test_duplicate_webhooks_start_one_run(stack):
     from prefect.deployments import run_deployment
 
     wl = json.loads((OOM / "scheduler" / "workload.json").read_text())
-    body = json.dumps({"cluster": "k8s", "namespace": "llm-train", "name": wl["metadata"]["name"], "attempt": 1,
+    body = json.dumps({"cluster": "k8s", "namespace": "team-a", "name": wl["metadata"]["name"], "attempt": 1,
                        "conditions": wl["status"]["conditions"]}).encode()
 
     async def storm():
@@ -125,7 +125,7 @@ def test_duplicate_webhooks_start_one_run(stack):
     assert len(ids) == 1
     assert sorted(a.json()["duplicate"] for a in answers) == [False] + [True] * 9
     key = answers[0].json()["idempotency_key"]
-    assert key == f"k8s:kueue:llm-train/{wl['metadata']['name']}:1"
+    assert key == f"k8s:kueue:team-a/{wl['metadata']['name']}:1"
 
     # a second service replica (no shared memory) asking Prefect with the same key gets the same run
     with stack.client_settings():
@@ -155,13 +155,15 @@ def test_kubernetes_forwarder_posts_ended_workloads(stack, kube):
     the API stand-in: the failed Workload reaches the service, signed, with its conditions."""
     r = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "deployments/kubernetes/forwarder.py"),
                         "--once", "--since-minutes", "10000000"], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "KUBE_URL": kube.url, "NAMESPACE": "llm-train", "ATTRIBUTION_CLUSTER": "k8s",
+                       env={**os.environ, "KUBE_URL": kube.url, "NAMESPACE": "team-a", "ATTRIBUTION_CLUSTER": "k8s",
                             "ATTRIBUTION_URL": f"{stack.url}/v1/webhooks/kubernetes", "ATTRIBUTION_SECRET": SECRET})
     assert r.returncode == 0, r.stderr
     posted = [json.loads(line) for line in r.stdout.splitlines()]
     assert len(posted) == 1
-    assert posted[0]["status"] == 202 and posted[0]["condition"] == "Finished" and posted[0]["reason"] == "Failed"
-    assert posted[0]["idempotency_key"] == "k8s:kueue:llm-train/pytorchjob-moe-8x22b-b9d4b:0" and posted[0]["flow_run_id"]
+    assert (posted[0]["http"], posted[0]["condition"], posted[0]["reason"]) == (202, "Finished", "Failed")
+    answer = posted[0]["answer"]
+    assert answer["status"] == "accepted" and answer["flow_run_id"]
+    assert answer["idempotency_key"] == "k8s:kueue:team-a/pytorchjob-moe-8x22b-b9d4b:0"
 
 
 def test_failed_slurm_job_fires_the_hook_and_is_diagnosed(stack):
