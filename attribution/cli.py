@@ -437,6 +437,39 @@ def cmd_backfill(args) -> int:
     return EXIT_OK if not summary["failed"] else EXIT_INTERNAL
 
 
+def cmd_topology(args) -> int:
+    import yaml
+
+    from connectors.topology import TopologyError, links_from_ibnetdiscover, links_from_yaml
+    from flows.backfill import parse_when
+    from warehouse.store import Warehouse
+
+    cfg = _load(args, warehouse=args.warehouse)
+    path = Path(args.file)
+    if not path.is_file():
+        raise BadInput(f"{path}: no such file")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    fmt = args.format
+    if fmt == "auto":
+        fmt = "ibnetdiscover" if any(line.startswith("Switch") for line in text.splitlines()) else "yaml"
+    try:
+        valid_from = parse_when(args.valid_from) if args.valid_from else None
+        if valid_from is None:
+            from datetime import datetime, timezone
+            valid_from = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
+        if fmt == "yaml":
+            from connectors.bundle import SAFE_LOADER
+            links = links_from_yaml(yaml.load(text, Loader=SAFE_LOADER) or {})
+        else:
+            links = links_from_ibnetdiscover(text)
+    except (ValueError, TopologyError, yaml.YAMLError) as exc:
+        raise BadInput(f"{path}: {str(exc).splitlines()[0]}") from None
+    added = Warehouse(cfg.warehouse).load_topology(args.cluster, links, valid_from, f"{fmt} {path.name}")
+    hosts = sum(1 for link in links if link[3] == "host")
+    print(f"{path}: {len(links)} link(s) ({hosts} to hosts) as of {valid_from.isoformat()}, {added} new in {cfg.warehouse}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attribution", description=(
         "Why did this GPU training attempt die, and whom should we isolate? "
@@ -519,6 +552,19 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--insecure-no-auth", action="store_true", help="accept requests without token/signature")
     sv.add_argument("--config", metavar="FILE")
     sv.set_defaults(func=cmd_serve)
+
+    tp = sub.add_parser("topology", help="record a fabric topology snapshot in the warehouse", description=(
+        "Record which host or switch each switch port is cabled to, as of --valid-from (default: the file's time), "
+        "from a topology.yaml (the bundle format) or `ibnetdiscover` output. Diagnoses join to the topology of "
+        "their attempt's time (view topology_history)."))
+    tp.add_argument("action", choices=["load"])
+    tp.add_argument("file", metavar="FILE")
+    tp.add_argument("--cluster", required=True, metavar="NAME")
+    tp.add_argument("--valid-from", metavar="TIME", help="RFC 3339 or a span ago")
+    tp.add_argument("--format", choices=["auto", "yaml", "ibnetdiscover"], default="auto")
+    tp.add_argument("--warehouse", metavar="PATH")
+    tp.add_argument("--config", metavar="FILE")
+    tp.set_defaults(func=cmd_topology)
 
     dp = sub.add_parser("deploy", help="apply deployments/prefect.yaml to the Prefect server (PREFECT_API_URL)")
     dp.add_argument("--pool", default="attribution", help="process work pool (created if missing)")

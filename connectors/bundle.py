@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus
 from connectors import scheduler_records as sr
+from connectors.topology import TopologyError, links_from_yaml
 from connectors.staging import connect, insert_observations, render
 from connectors.text import TextFile, scan_files
 
@@ -235,17 +236,8 @@ def collect_topology(bundle: Path, scope: AttemptScope, staging: str) -> Collect
                                   error="topology.yaml not in bundle"))
     try:
         doc = yaml.load(path.read_text(encoding="utf-8", errors="replace"), Loader=SAFE_LOADER) or {}
-        switches = doc.get("switches") if isinstance(doc, dict) else None
-        if not isinstance(switches, dict):
-            raise ValueError("expected a 'switches' mapping")
-        rows = []
-        for switch, spec in switches.items():
-            for port, peer in ((spec or {}).get("ports") or {}).items():
-                peer = str(peer)
-                host, _, hca = peer.partition(":")
-                kind = "switch" if host in switches else "host"
-                rows.append((str(switch), str(port), host, kind, hca or None))
-    except (yaml.YAMLError, ValueError, AttributeError) as exc:
+        rows = links_from_yaml(doc)
+    except (yaml.YAMLError, TopologyError, AttributeError) as exc:
         return Collected(Coverage(source="topology", connector=CONNECTOR, status=CoverageStatus.error,
                                   error=f"topology.yaml: {str(exc).splitlines()[0]}", files=1))
     con = connect(staging)

@@ -53,8 +53,8 @@ class PrefectRunner:
     def attribute(self, scoped, coverage, pack, settings, notes):
         return attribute_task(scoped, coverage, pack, settings, notes)
 
-    def publish(self, diagnosis, warehouse):
-        return publish_task(diagnosis, warehouse)
+    def publish(self, diagnosis, warehouse, scoped):
+        return publish_task(diagnosis, warehouse, scoped)
 
 
 def _run_name() -> str:

@@ -37,8 +37,8 @@ class InlineRunner:
     def attribute(self, scoped, coverage, pack, settings, notes):
         return steps.attribute(scoped, coverage, pack, settings, notes)
 
-    def publish(self, diagnosis, warehouse):
-        return steps.publish(diagnosis, warehouse)
+    def publish(self, diagnosis, warehouse, scoped):
+        return steps.publish(diagnosis, warehouse, scoped)
 
 
 def attribute_inline(request: Request, pack: Pack) -> Diagnosis:

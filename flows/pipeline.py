@@ -30,7 +30,7 @@ class Runner(Protocol):
     def collect(self, scoped: steps.Scoped, source: str, pack: Pack) -> Future: ...
     def store(self, scoped: steps.Scoped, results: list[steps.SourceResult]) -> list: ...
     def attribute(self, scoped: steps.Scoped, coverage: list, pack: Pack, settings: Settings, notes: list[str]) -> Diagnosis: ...
-    def publish(self, diagnosis: Diagnosis, warehouse: str | None) -> Diagnosis: ...
+    def publish(self, diagnosis: Diagnosis, warehouse: str | None, scoped: steps.Scoped) -> Diagnosis: ...
 
 
 @dataclass
@@ -55,7 +55,7 @@ def attribute_story(run: Runner, request: Request, pack: Pack,
         coverage = run.store(scoped, results)
         notes = [n for r in results for n in r.notes]
         diagnosis = run.attribute(scoped, coverage, pack, request.settings, notes)
-        return run.publish(diagnosis, request.warehouse)
+        return run.publish(diagnosis, request.warehouse, scoped)
     finally:
         steps.drop_staging(scoped)
 

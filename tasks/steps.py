@@ -178,12 +178,20 @@ def attribute(scoped: Scoped, coverage: list[Coverage], pack: Pack, settings: Se
         con.close()
 
 
-def publish(diagnosis: Diagnosis, warehouse_path: str | None) -> Diagnosis:
-    """Write the diagnosis to the warehouse (idempotent per attempt)."""
+def publish(diagnosis: Diagnosis, warehouse_path: str | None, scoped: Scoped | None = None) -> Diagnosis:
+    """Write the diagnosis to the warehouse (idempotent per attempt), with the topology seen with
+    the attempt so analysts can place its hosts under their switch ports as of that time."""
     if warehouse_path:
         from warehouse.store import Warehouse
 
-        Warehouse(warehouse_path).write(diagnosis)
+        topology = None
+        if scoped is not None:
+            con = connect(scoped.staging)
+            try:
+                topology = con.execute("SELECT switch, port, peer, peer_kind, hca FROM topology").fetchall()
+            finally:
+                con.close()
+        Warehouse(warehouse_path).write(diagnosis, topology)
     return diagnosis
 
 

@@ -35,3 +35,22 @@ def staging():
     yield con
     con.close()
     release_staging(path)
+
+
+PLANTED_PORT = ("leaf-07", "17")
+
+
+@pytest.fixture(scope="session")
+def seeded_warehouse(tmp_path_factory):
+    """A warehouse seeded from the scenario generator in fleet mode: one cluster cabled to 40 leaf
+    switches, every class, and a bad port (leaf-07:17) under which every network_link root sits,
+    whichever host is cabled there at the time."""
+    from flows.backfill import backfill_inline
+    from tests.scenarios.generator import generate
+
+    base = tmp_path_factory.mktemp("seeded")
+    generate(base / "bundles", per_class=1, seed=77, fleet_leaves=40, plant_port=":".join(PLANTED_PORT), plant_extra=4)
+    wh = base / "warehouse.duckdb"
+    summary = backfill_inline(since="3650d", bundles_dir=str(base / "bundles"), warehouse=str(wh), concurrency=2)
+    assert summary.failed == 0, summary.failures
+    return wh

@@ -94,8 +94,19 @@ class Warehouse:
                 con.execute(path.read_text())
                 con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
                 con.execute("COMMIT")
-        for f in sorted(VIEWS_DIR.glob("*.sql")):  # analyst views follow the code: replaced on every open for write
-            con.execute(f.read_text())
+        # analyst views follow the code: replaced on every open for write; a view built on another
+        # is retried after the others, so files need no ordering
+        pending = sorted(VIEWS_DIR.glob("*.sql"))
+        while pending:
+            failed = []
+            for f in pending:
+                try:
+                    con.execute(f.read_text())
+                except duckdb.CatalogException:
+                    failed.append(f)
+            if len(failed) == len(pending):
+                con.execute(failed[0].read_text())   # no progress: raise the real error
+            pending = failed
 
     def query(self, name_or_sql: str) -> tuple[list[str], list[tuple]]:
         """Run a named view (SELECT * FROM it) or any read-only SQL against the warehouse."""
@@ -104,8 +115,9 @@ class Warehouse:
             cur = con.execute(sql)
             return [d[0] for d in cur.description], cur.fetchall()
 
-    def write(self, d: Diagnosis) -> None:
-        """Replace this attempt's diagnosis (and its parts) in one transaction."""
+    def write(self, d: Diagnosis, topology: list[tuple] | None = None) -> None:
+        """Replace this attempt's diagnosis (and its parts) in one transaction; `topology` (switch,
+        port, peer, peer_kind, hca) rows seen with the attempt are recorded as of its start."""
         a = d.attempt
         key = [a.cluster, a.scheduler, a.job_id, a.attempt]
         rc = d.root_cause
@@ -115,7 +127,8 @@ class Warehouse:
                 old = [r[0] for r in con.execute(
                     "SELECT diagnosis_id FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?",
                     key).fetchall()]
-                for table in ("diagnosis_symptoms", "diagnosis_affected_nodes", "diagnosis_coverage", "diagnosis_evidence"):
+                for table in ("diagnosis_symptoms", "diagnosis_affected_nodes", "diagnosis_affected_components",
+                              "diagnosis_coverage", "diagnosis_evidence"):
                     con.execute(f"DELETE FROM {table} WHERE diagnosis_id IN (SELECT unnest($ids))",
                                 {"ids": old + [d.diagnosis_id]})
                 con.execute("DELETE FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?", key)
@@ -139,6 +152,14 @@ class Warehouse:
                 if d.affected_nodes:
                     con.execute("INSERT INTO diagnosis_affected_nodes SELECT $id, unnest($n)",
                                 {"id": d.diagnosis_id, "n": d.affected_nodes})
+                if d.affected_components:
+                    con.execute("INSERT INTO diagnosis_affected_components SELECT $id, unnest($c)",
+                                {"id": d.diagnosis_id, "c": d.affected_components})
+                con.execute("""INSERT INTO rules_versions VALUES ($v, $t, $t) ON CONFLICT (version) DO UPDATE
+                               SET first_used = least(first_used, $t), last_used = greatest(last_used, $t)""",
+                            {"v": d.rules.version, "t": d.created_at})
+                if topology:
+                    self._insert_topology(con, a.cluster, topology, a.start, f"bundle {a.job_id}")
                 con.execute("""
                     INSERT INTO diagnosis_coverage
                     SELECT $id, c.source, c.connector, c.status, c.observations, c.unparsed, c.error, c.duration_ms
@@ -157,6 +178,23 @@ class Warehouse:
             except Exception:
                 con.execute("ROLLBACK")
                 raise
+
+    @staticmethod
+    def _insert_topology(con, cluster: str, rows: list[tuple], valid_from, source: str) -> int:
+        before = con.execute("SELECT count(*) FROM topology_links").fetchone()[0]
+        con.execute("""
+            INSERT INTO topology_links
+            SELECT $cluster, unnest($s), unnest($p), unnest($peer), unnest($k), unnest($h), $t, $src
+            ON CONFLICT DO NOTHING
+        """, {"cluster": cluster, "s": [r[0] for r in rows], "p": [str(r[1]) for r in rows],
+              "peer": [r[2] for r in rows], "k": [r[3] for r in rows], "h": [r[4] for r in rows],
+              "t": valid_from, "src": source})
+        return con.execute("SELECT count(*) FROM topology_links").fetchone()[0] - before
+
+    def load_topology(self, cluster: str, rows: list[tuple], valid_from, source: str) -> int:
+        """Record a topology snapshot (e.g. `attribution topology load`); returns the links added."""
+        with _WRITE_LOCK, self.connect() as con:
+            return self._insert_topology(con, cluster, rows, valid_from, source)
 
     def get(self, cluster: str, scheduler: str, job_id: str, attempt: int) -> dict | None:
         with self.connect(read_only=True) as con:

@@ -12,6 +12,7 @@ events, CRLF endings, stray invalid bytes, truncated last lines, missing sources
 from __future__ import annotations
 
 import argparse
+import re
 import json
 import random
 import shutil
@@ -761,16 +762,53 @@ def write_kueue(b: Bundle, path: Path, name: str) -> None:
     (path / "scheduler" / "nodes.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}, indent=1))
 
 
-def generate(out: Path, per_class: int = 10, seed: int = 7, classes: list[str] | None = None) -> list[Path]:
+def place_in_fleet(path: Path, b: Bundle, rng: random.Random, cluster: str, leaves: int,
+                   plant_port: str | None, plant_classes: tuple[str, ...]) -> None:
+    """Fleet mode: one cluster, hosts cabled to random leaf ports; in the planted classes the host
+    the diagnosis should blame sits under `plant_port` (a bad port or cable: whichever host is
+    cabled there over time keeps failing)."""
+    text = (path / "attempt.yaml").read_text()
+    (path / "attempt.yaml").write_text(re.sub(r"^cluster: .*$", f"cluster: {cluster}", text, count=1, flags=re.M))
+    if b.cls == "network_fabric":   # its topology is part of its expectation
+        return
+    blamed = set(b.expected.get("affected_nodes") or [])
+    taken = {plant_port} if plant_port else set()
+    switches: dict[str, dict[int, str]] = {}
+    for h in b.hosts:
+        if plant_port and b.cls in plant_classes and h.name in blamed:
+            leaf, port = plant_port.split(":")
+        else:
+            while True:
+                leaf, port = f"leaf-{rng.randint(1, leaves):02d}", str(rng.randint(1, 32))
+                if f"{leaf}:{port}" not in taken:
+                    break
+        taken.add(f"{leaf}:{port}")
+        switches.setdefault(leaf, {})[int(port)] = f"{h.name}:mlx5_0"
+    import yaml
+
+    (path / "topology.yaml").write_text(yaml.safe_dump({"switches": {k: {"ports": v} for k, v in sorted(switches.items())}},
+                                                       sort_keys=False))
+
+
+def generate(out: Path, per_class: int = 10, seed: int = 7, classes: list[str] | None = None,
+             fleet_leaves: int = 0, plant_port: str | None = None, plant_classes: tuple[str, ...] = ("network_link",),
+             plant_extra: int = 0) -> list[Path]:
+    """`per_class` bundles of each class. With `fleet_leaves`, every bundle belongs to one cluster
+    ("fleet") cabled to that many leaf switches, and `plant_extra` more bundles of each planted
+    class put their blamed host under `plant_port`."""
     out = Path(out)
     paths = []
     for ci, cls in enumerate(classes or CLASSES):
-        for k in range(per_class):
+        count = per_class + (plant_extra if fleet_leaves and cls in plant_classes else 0)
+        for k in range(count):
             rng = random.Random(f"{seed}:{cls}:{k}")
             b = new_bundle(rng, cls)
             CLASSES[cls](b)
             p = out / cls / f"{cls}-{k:03d}"
             write_bundle(b, p, k)
+            if fleet_leaves:
+                place_in_fleet(p, b, random.Random(f"{seed}:fleet:{cls}:{k}"), "fleet", fleet_leaves, plant_port,
+                               plant_classes)
             paths.append(p)
     return paths
 
@@ -781,8 +819,11 @@ def main() -> None:
     ap.add_argument("--per-class", type=int, default=10)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--classes", nargs="*")
+    ap.add_argument("--fleet-leaves", type=int, default=0, help="one cluster 'fleet' cabled to this many leaf switches")
+    ap.add_argument("--plant-port", metavar="LEAF:PORT", help="fleet mode: the bad port the network_link roots sit under")
+    ap.add_argument("--plant-extra", type=int, default=0, help="fleet mode: extra network_link bundles under the bad port")
     a = ap.parse_args()
-    paths = generate(Path(a.out), a.per_class, a.seed, a.classes)
+    paths = generate(Path(a.out), a.per_class, a.seed, a.classes, a.fleet_leaves, a.plant_port, plant_extra=a.plant_extra)
     print(f"wrote {len(paths)} bundles under {a.out}")
 
 
