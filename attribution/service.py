@@ -294,6 +294,14 @@ def create_app(cfg: Config, trigger: Trigger | None = None) -> FastAPI:
         log.info("recorded, not diagnosed: %s (%s)", key, why)
         return JSONResponse(Accepted(status="recorded", idempotency_key=key, reason=why).model_dump(), status_code=200)
 
+    from fastapi.exceptions import RequestValidationError
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        # the same shape as body errors, and never the offending input echoed back
+        return JSONResponse({"detail": [{"field": ".".join(str(p) for p in e["loc"][1:]) or str(e["loc"][0]),
+                                         "error": e["msg"]} for e in exc.errors()][:20]}, status_code=422)
+
     @app.exception_handler(AuthError)
     async def _auth(request: Request, exc: AuthError):
         return refuse(exc)
@@ -365,26 +373,65 @@ def create_app(cfg: Config, trigger: Trigger | None = None) -> FastAPI:
                        offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0) -> dict[str, Any]:
         """Diagnoses, newest attempt end first, filtered; `node` matches affected nodes and the root's node."""
         check_bearer(token, request.headers)
-        where, args = [], []
-        for cond, value in (("cluster = ?", cluster), ("attempt_end >= ?", since), ("attempt_end < ?", until),
-                            ("terminal_state = ?", terminal_state)):
-            if value is not None:
-                where.append(cond)
-                args.append(value)
-        if node:
-            where.append("(root_node = ? OR list_contains(affected_nodes, ?))")
-            args += [node, node]
-        sql = ("SELECT diagnosis_id, cluster, scheduler, job_id, attempt, attempt_end, terminal_state, sub_domain, "
-               "confidence, root_node, affected_nodes, recommended_action, rules_version FROM diagnoses_api "
-               + ("WHERE " + " AND ".join(where) if where else "")
-               + " ORDER BY attempt_end DESC NULLS LAST, diagnosis_id LIMIT ? OFFSET ?")
-        rows = _warehouse_rows(cfg, sql, args + [limit, offset])
-        cols = ["diagnosis_id", "cluster", "scheduler", "job_id", "attempt", "attempt_end", "terminal_state",
-                "sub_domain", "confidence", "root_node", "affected_nodes", "recommended_action", "rules_version"]
-        items = [dict(zip(cols, r)) for r in rows]
-        for it in items:
-            it["attempt_end"] = it["attempt_end"].isoformat() if it["attempt_end"] else None
+        items = _list(cfg, cluster, since, until, terminal_state, node, limit, offset)
         return {"items": items, "limit": limit, "offset": offset}
+
+    # ---- the dashboard (read-only, same data; see attribution/dashboard.py)
+    from fastapi.responses import HTMLResponse, RedirectResponse
+
+    from attribution import dashboard
+
+    def html(body: str, status: int = 200) -> HTMLResponse:
+        return HTMLResponse(body, status_code=status, headers={
+            "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+                                       "frame-ancestors 'none'", "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "no-store"})
+
+    @app.get("/ui", response_class=HTMLResponse, include_in_schema=False)
+    def ui_list(request: Request, cluster: Annotated[str | None, Query(pattern=r"^$|" + NAME)] = None,
+                since: Annotated[str | None, Query(max_length=40)] = None,
+                until: Annotated[str | None, Query(max_length=40)] = None,
+                terminal_state: Annotated[str | None, Query(pattern=r"^[a-z_]{0,40}$")] = None,
+                node: Annotated[str | None, Query(pattern=r"^$|" + NAME)] = None,
+                limit: Annotated[int, Query(ge=1, le=1000)] = 200):
+        if not dashboard.token_ok(token, request):
+            return RedirectResponse("/ui/login", status_code=303)
+        try:
+            since_t, until_t = (datetime.fromisoformat(v.replace("Z", "+00:00")) if v else None for v in (since, until))
+        except ValueError:
+            return html(dashboard.page("Bad filter", "<h1>since / until must be RFC 3339 times</h1>"), 422)
+        rows = _list(cfg, cluster or None, since_t, until_t, terminal_state or None, node or None, limit, 0)
+        trends = dashboard.trends(lambda sql, args: _warehouse_rows(cfg, sql, args), cluster or None)
+        return html(dashboard.list_page(rows, {"cluster": cluster, "terminal_state": terminal_state, "node": node,
+                                               "since": since, "until": until}, trends))
+
+    @app.get("/ui/diagnoses/{diagnosis_id}", response_class=HTMLResponse, include_in_schema=False)
+    def ui_diagnosis(diagnosis_id: str, request: Request):
+        if not dashboard.token_ok(token, request):
+            return RedirectResponse("/ui/login", status_code=303)
+        if not re.fullmatch(r"[0-9a-fA-F-]{32,36}", diagnosis_id):
+            return html(dashboard.page("Not found", "<h1>No such diagnosis</h1>"), 404)
+        rows = _warehouse_rows(cfg, "SELECT diagnosis FROM diagnoses WHERE diagnosis_id = ?", [diagnosis_id.lower()])
+        if not rows:
+            return html(dashboard.page("Not found", "<h1>No such diagnosis</h1>"), 404)
+        return html(dashboard.diagnosis_page(json.loads(rows[0][0])))
+
+    @app.get("/ui/login", response_class=HTMLResponse, include_in_schema=False)
+    def ui_login_form():
+        return html(dashboard.login_page())
+
+    @app.post("/ui/login", include_in_schema=False)
+    async def ui_login(request: Request):
+        from urllib.parse import parse_qs
+
+        given = (parse_qs((await read_body(request, 4096)).decode(errors="replace")).get("token") or [""])[0]
+        if token is not None and not hmac.compare_digest(given.encode(), token.encode()):
+            auth_failures.labels("dashboard token mismatch").inc()
+            return html(dashboard.login_page(failed=True), 403)
+        response = RedirectResponse("/ui", status_code=303)
+        response.set_cookie("attribution_token", given, httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https", max_age=12 * 3600)
+        return response
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -396,6 +443,28 @@ def create_app(cfg: Config, trigger: Trigger | None = None) -> FastAPI:
         return PlainTextResponse(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
     return app
+
+
+def _list(cfg: Config, cluster, since, until, terminal_state, node, limit: int, offset: int) -> list[dict[str, Any]]:
+    where, args = [], []
+    for cond, value in (("cluster = ?", cluster), ("attempt_end >= ?", since), ("attempt_end < ?", until),
+                        ("terminal_state = ?", terminal_state)):
+        if value is not None:
+            where.append(cond)
+            args.append(value)
+    if node:
+        where.append("(root_node = ? OR list_contains(affected_nodes, ?))")
+        args += [node, node]
+    sql = ("SELECT diagnosis_id, cluster, scheduler, job_id, attempt, attempt_end, terminal_state, sub_domain, "
+           "confidence, root_node, affected_nodes, recommended_action, rules_version FROM diagnoses_api "
+           + ("WHERE " + " AND ".join(where) if where else "")
+           + " ORDER BY attempt_end DESC NULLS LAST, diagnosis_id LIMIT ? OFFSET ?")
+    cols = ["diagnosis_id", "cluster", "scheduler", "job_id", "attempt", "attempt_end", "terminal_state",
+            "sub_domain", "confidence", "root_node", "affected_nodes", "recommended_action", "rules_version"]
+    items = [dict(zip(cols, r)) for r in _warehouse_rows(cfg, sql, args + [limit, offset])]
+    for it in items:
+        it["attempt_end"] = it["attempt_end"].isoformat() if it["attempt_end"] else None
+    return items
 
 
 _DIAGNOSES_API = """

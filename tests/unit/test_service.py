@@ -217,3 +217,27 @@ def test_serve_refuses_to_start_without_secrets(monkeypatch, capsys):
     monkeypatch.delenv("PREFECT_API_URL")
     assert main(["serve", "--insecure-no-auth"]) == 2
     assert "PREFECT_API_URL" in capsys.readouterr().err
+
+
+def test_dashboard_needs_the_token_and_escapes_what_it_shows(env):
+    from flows.inline import attribute_inline
+    from flows.pipeline import Request
+    from rules.pack import default_pack
+    from warehouse.store import Warehouse
+
+    client, _, cfg = env
+    d = attribute_inline(Request(bundle=str(WORKED)), default_pack())
+    hostile = "<img src=x onerror=alert(1)>"
+    Warehouse(cfg.warehouse).write(d.model_copy(update={"explanation": hostile}))
+    r = client.get("/ui", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/login"
+    assert client.get(f"/ui/diagnoses/{d.diagnosis_id}", follow_redirects=False).status_code == 303
+    r = client.post("/ui/login", content=b"token=nope", headers={"Content-Type": "application/x-www-form-urlencoded"},
+                    follow_redirects=False)
+    assert r.status_code == 403 and "attribution_token" not in r.headers.get("set-cookie", "")
+    r = client.post("/ui/login", content=f"token={TOKEN}".encode(),
+                    headers={"Content-Type": "application/x-www-form-urlencoded"}, follow_redirects=False)
+    assert r.status_code == 303 and "HttpOnly" in r.headers["set-cookie"] and "SameSite=strict" in r.headers["set-cookie"]
+    page = client.get(f"/ui/diagnoses/{d.diagnosis_id}").text   # the cookie is kept by the client
+    assert hostile not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert client.get("/ui", headers={"Authorization": f"Bearer {TOKEN}"}, cookies={}).status_code == 200
