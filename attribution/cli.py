@@ -261,10 +261,14 @@ def cmd_query(args) -> int:
         cfg = load_config(args.config, warehouse=args.warehouse)
     except (FileNotFoundError, ValueError) as exc:
         raise BadInput(str(exc).splitlines()[0]) from None
-    if not Path(cfg.warehouse).exists():
+    try:
+        wh = Warehouse(cfg.warehouse)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if not wh.exists():
         raise BadInput(f"{cfg.warehouse}: no warehouse yet (diagnose something first)")
     try:
-        cols, rows = Warehouse(cfg.warehouse).query(args.query)
+        cols, rows = wh.query(args.query)
     except duckdb.Error as exc:
         raise BadInput(f"query failed: {str(exc).splitlines()[0]}") from None
     if args.format == "json":

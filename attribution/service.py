@@ -481,10 +481,11 @@ def _warehouse_rows(cfg: Config, sql: str, args: list, quiet: bool = False) -> l
     """Read the warehouse briefly (writers are other processes: hold the file as little as possible)."""
     from warehouse.store import Warehouse, WarehouseLocked
 
-    if not Path(cfg.warehouse).exists():
+    wh = Warehouse(cfg.warehouse, lock_wait_s=10)
+    if not wh.exists():
         return []
     try:
-        with Warehouse(cfg.warehouse, lock_wait_s=10).connect(read_only=True) as con:
+        with wh.connect(read_only=True) as con:
             return con.execute((_DIAGNOSES_API if "diagnoses_api" in sql else "") + sql, args).fetchall()
     except WarehouseLocked:
         if quiet:

@@ -146,10 +146,10 @@ def discover(cfg: Config, since: datetime, until: datetime, cluster: str | None 
 
 def diagnosed_versions(warehouse: str | None, attempts: list[Attempt]) -> dict[str, str]:
     """attempt key -> rules version of its stored diagnosis."""
-    if not warehouse or not Path(warehouse).exists() or not attempts:
-        return {}
     from warehouse.store import Warehouse
 
+    if not warehouse or not attempts or not Warehouse(warehouse).exists():
+        return {}
     with Warehouse(warehouse).connect(read_only=True) as con:
         rows = con.execute("""
             SELECT d.cluster || ':' || d.scheduler || ':' || d.job_id || ':' || d.attempt, d.rules_version

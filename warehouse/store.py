@@ -1,20 +1,34 @@
-"""The local warehouse: a DuckDB file holding every diagnosis, for fleet-wide SQL.
+"""The warehouse holding every diagnosis, for fleet-wide SQL. Two backends, one schema, one SQL:
+
+- a DuckDB file (the default: `warehouse: /path/warehouse.duckdb`). DuckDB allows one writing
+  process per file: a writer that finds the file locked retries with backoff up to a bound, then
+  fails loudly (the attempt stays undiagnosed for the next run).
+- DuckLake with a PostgreSQL catalog and a shared data path, for many writers on many hosts
+  (`warehouse: ducklake+postgres://user@host:5432/dbname?data_path=/shared/lake/`, the password
+  in PGPASSWORD or ~/.pgpass as libpq reads them). DuckLake commits optimistically: a writer whose
+  transaction conflicts with another's retries it. DuckLake has no PRIMARY KEY/UNIQUE constraints,
+  so the key (cluster, scheduler, job_id, attempt) is kept by the writer's delete-then-insert
+  transaction, the same in both backends. The ducklake and postgres_scanner extensions come from
+  PyPI (duckdb-extension-ducklake / -postgres-scanner, built for the pinned DuckDB) and are loaded
+  from their files: nothing is downloaded at run time.
 
 Schema files in warehouse/schema/NNN_*.sql are applied in order on open and recorded in
 schema_version; a file newer than this code is refused, never silently downgraded.
-DuckDB allows one writing process per file: a writer that finds the file locked retries with
-backoff up to a bound, then fails loudly (the attempt stays undiagnosed for the next run).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+import re
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import parse_qs, unquote, urlparse
 
 import duckdb
 
@@ -47,25 +61,92 @@ class WarehouseTooNew(Exception):
     pass
 
 
+class WarehouseConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Lake:
+    dsn: str          # libpq connection string of the PostgreSQL catalog
+    data_path: str    # where the Parquet files live (a shared filesystem for many hosts)
+
+
+def parse_lake(url: str) -> Lake | None:
+    """`ducklake+postgres://user@host:port/db?data_path=/shared/lake/` -> Lake; a file path -> None."""
+    if not url.startswith("ducklake"):
+        return None
+    u = urlparse(url)
+    if u.scheme != "ducklake+postgres" or not u.path.strip("/"):
+        raise WarehouseConfigError(f"{url}: expected ducklake+postgres://user@host:port/dbname?data_path=/shared/dir/")
+    data_path = (parse_qs(u.query).get("data_path") or [""])[0]
+    if not data_path:
+        raise WarehouseConfigError(f"{url}: data_path= is required (a directory every writer can reach)")
+    parts = {"host": u.hostname, "port": u.port, "dbname": unquote(u.path.strip("/")),
+             "user": unquote(u.username) if u.username else None, "password": unquote(u.password) if u.password else None}
+    dsn = " ".join(f"{k}={v}" for k, v in parts.items() if v)
+    if any(c in dsn + data_path for c in "'\\\n"):
+        raise WarehouseConfigError(f"{url}: quotes, backslashes and newlines are not allowed")
+    return Lake(dsn=dsn, data_path=data_path.rstrip("/") + "/")
+
+
+def _extension(name: str) -> str:
+    import importlib
+
+    mod = importlib.import_module(f"duckdb_extension_{name}")
+    found = sorted(Path(mod.__file__).parent.glob(f"extensions/v{duckdb.__version__}/{name}.duckdb_extension"))
+    if not found:
+        raise WarehouseConfigError(f"duckdb-extension-{name.replace('_', '-')} has no build for DuckDB {duckdb.__version__}")
+    return str(found[0])
+
+
+_NO_CONSTRAINTS = re.compile(r",\s*PRIMARY KEY\s*\([^)]*\)", re.I)
+
+
+def _conflict(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, duckdb.TransactionException) or "conflict" in text
+
+
+def views_digest() -> str:
+    return hashlib.sha256(b"".join(f.read_bytes() for f in sorted(VIEWS_DIR.glob("*.sql")))).hexdigest()[:16]
+
+
 def migrations() -> list[tuple[int, Path]]:
     return sorted((int(p.name.split("_")[0]), p) for p in SCHEMA_DIR.glob("[0-9][0-9][0-9]_*.sql"))
 
 
 class Warehouse:
     def __init__(self, path: str | Path, lock_wait_s: float = LOCK_WAIT_S):
-        self.path = Path(path)
+        self.url = str(path)
+        self.lake = parse_lake(self.url)
+        self.path = None if self.lake else Path(path)
         self.lock_wait_s = lock_wait_s
+
+    def __str__(self) -> str:
+        return self.url.split("?")[0] if self.lake else str(self.path)
+
+    def exists(self) -> bool:
+        """Whether there is anything to read yet (a lake's catalog always answers)."""
+        return bool(self.lake) or self.path.exists()
 
     @contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        con = self._open_lake(read_only) if self.lake else self._open_file(read_only)
+        try:
+            if not read_only:
+                self._retry(lambda: self._migrate(con))
+            yield con
+        finally:
+            con.close()
+
+    def _open_file(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + self.lock_wait_s
         delay = 0.05
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             try:
-                con = duckdb.connect(str(self.path), read_only=read_only)
-                break
+                return duckdb.connect(str(self.path), read_only=read_only)
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
                     if "lock" in str(exc).lower():
@@ -74,12 +155,34 @@ class Warehouse:
                     raise
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 1.0)
+
+    def _open_lake(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+        con = duckdb.connect()
         try:
+            con.execute(f"LOAD '{_extension('postgres_scanner')}'")
+            con.execute(f"LOAD '{_extension('ducklake')}'")
             if not read_only:
-                self._migrate(con)
-            yield con
-        finally:
+                Path(self.lake.data_path).mkdir(parents=True, exist_ok=True)
+            opts = f"DATA_PATH '{self.lake.data_path}'" + (", READ_ONLY" if read_only else "")
+            self._retry(lambda: con.execute(f"ATTACH 'ducklake:postgres:{self.lake.dsn}' AS warehouse ({opts})"))
+            con.execute("USE warehouse")
+        except Exception:
             con.close()
+            raise
+        return con
+
+    def _retry(self, fn, attempts: int = 12):
+        """Run fn, retrying a transaction another writer's commit made conflict (DuckLake)."""
+        for i in range(attempts):
+            try:
+                return fn()
+            except duckdb.Error as exc:
+                if not _conflict(exc) or i == attempts - 1:
+                    raise
+                time.sleep(min(2.0, 0.05 * 2 ** i) * (1 + random.random()))
+
+    def _ddl(self, sql: str) -> str:
+        return _NO_CONSTRAINTS.sub("", sql) if self.lake else sql
 
     def _migrate(self, con: duckdb.DuckDBPyConnection) -> None:
         con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER, applied_at TIMESTAMPTZ DEFAULT now())")
@@ -87,26 +190,44 @@ class Warehouse:
         known = migrations()
         newest = known[-1][0] if known else 0
         if current > newest:
-            raise WarehouseTooNew(f"{self.path}: schema version {current} is newer than this code ({newest})")
+            raise WarehouseTooNew(f"{self}: schema version {current} is newer than this code ({newest})")
         for version, path in known:
             if version > current:
                 con.execute("BEGIN TRANSACTION")
-                con.execute(path.read_text())
-                con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
-                con.execute("COMMIT")
-        # analyst views follow the code: replaced on every open for write; a view built on another
-        # is retried after the others, so files need no ordering
-        pending = sorted(VIEWS_DIR.glob("*.sql"))
-        while pending:
-            failed = []
-            for f in pending:
                 try:
-                    con.execute(f.read_text())
-                except duckdb.CatalogException:
-                    failed.append(f)
-            if len(failed) == len(pending):
-                con.execute(failed[0].read_text())   # no progress: raise the real error
-            pending = failed
+                    if con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0] < version:
+                        con.execute(self._ddl(path.read_text()))
+                        con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
+                    con.execute("COMMIT")
+                except Exception:
+                    con.execute("ROLLBACK")
+                    raise
+        # analyst views follow the code: replaced when their files changed (one catalog change, not
+        # one per write: concurrent writers would conflict on it); a view built on another is
+        # retried after the others, so files need no ordering
+        digest = views_digest()
+        have = con.execute("SELECT value FROM warehouse_meta WHERE key = 'views'").fetchone()
+        if have and have[0] == digest:
+            return
+        con.execute("BEGIN TRANSACTION")
+        try:
+            pending = sorted(VIEWS_DIR.glob("*.sql"))
+            while pending:
+                failed = []
+                for f in pending:
+                    try:
+                        con.execute(f.read_text())
+                    except duckdb.CatalogException:
+                        failed.append(f)
+                if len(failed) == len(pending):
+                    con.execute(failed[0].read_text())   # no progress: raise the real error
+                pending = failed
+            con.execute("DELETE FROM warehouse_meta WHERE key = 'views'")
+            con.execute("INSERT INTO warehouse_meta VALUES ('views', ?)", [digest])
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
 
     def query(self, name_or_sql: str) -> tuple[list[str], list[tuple]]:
         """Run a named view (SELECT * FROM it) or any read-only SQL against the warehouse."""
@@ -118,74 +239,82 @@ class Warehouse:
     def write(self, d: Diagnosis, topology: list[tuple] | None = None) -> None:
         """Replace this attempt's diagnosis (and its parts) in one transaction; `topology` (switch,
         port, peer, peer_kind, hca) rows seen with the attempt are recorded as of its start."""
+        with _WRITE_LOCK, self.connect() as con:
+            self._retry(lambda: self._write(con, d, topology))
+
+    def _write(self, con: duckdb.DuckDBPyConnection, d: Diagnosis, topology: list[tuple] | None) -> None:
         a = d.attempt
         key = [a.cluster, a.scheduler, a.job_id, a.attempt]
         rc = d.root_cause
-        with _WRITE_LOCK, self.connect() as con:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                old = [r[0] for r in con.execute(
-                    "SELECT diagnosis_id FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?",
-                    key).fetchall()]
-                for table in ("diagnosis_symptoms", "diagnosis_affected_nodes", "diagnosis_affected_components",
-                              "diagnosis_coverage", "diagnosis_evidence"):
-                    con.execute(f"DELETE FROM {table} WHERE diagnosis_id IN (SELECT unnest($ids))",
-                                {"ids": old + [d.diagnosis_id]})
-                con.execute("DELETE FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?", key)
-                con.execute(
-                    "INSERT INTO diagnoses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [*key, d.diagnosis_id, a.name, a.user, a.state, a.exit_code, a.start, a.end, a.nodes,
-                     d.terminal_state, d.sub_domain, d.confidence,
-                     rc.symptom if rc else None, rc.node if rc else None, rc.component if rc else None,
-                     rc.first_seen if rc else None, d.recommended_action, d.explanation,
-                     d.rules.version, len(d.rules.failed), d.created_at, d.model_dump_json()])
-                doc = json.loads(d.model_dump_json())
-                con.execute("""
-                    INSERT INTO diagnosis_symptoms
-                    SELECT $id, s.symptom, s.role, s.node, s.rank, s.component, s.first_seen::TIMESTAMPTZ,
-                           s.last_seen::TIMESTAMPTZ, s.count, s.demoted_by, s.interesting, s.rule
-                    FROM (SELECT unnest(from_json($doc::JSON -> 'symptoms',
-                        '[{"symptom":"VARCHAR","role":"VARCHAR","node":"VARCHAR","rank":"INTEGER","component":"VARCHAR",
-                           "first_seen":"VARCHAR","last_seen":"VARCHAR","count":"INTEGER","demoted_by":"VARCHAR",
-                           "interesting":"BOOLEAN","rule":"VARCHAR"}]'), recursive := true)) s
-                """, {"id": d.diagnosis_id, "doc": json.dumps(doc)})
-                if d.affected_nodes:
-                    con.execute("INSERT INTO diagnosis_affected_nodes SELECT $id, unnest($n)",
-                                {"id": d.diagnosis_id, "n": d.affected_nodes})
-                if d.affected_components:
-                    con.execute("INSERT INTO diagnosis_affected_components SELECT $id, unnest($c)",
-                                {"id": d.diagnosis_id, "c": d.affected_components})
-                con.execute("""INSERT INTO rules_versions VALUES ($v, $t, $t) ON CONFLICT (version) DO UPDATE
-                               SET first_used = least(first_used, $t), last_used = greatest(last_used, $t)""",
-                            {"v": d.rules.version, "t": d.created_at})
-                if topology:
-                    self._insert_topology(con, a.cluster, topology, a.start, f"bundle {a.job_id}")
-                con.execute("""
-                    INSERT INTO diagnosis_coverage
-                    SELECT $id, c.source, c.connector, c.status, c.observations, c.unparsed, c.error, c.duration_ms
-                    FROM (SELECT unnest(from_json($doc::JSON -> 'coverage',
-                        '[{"source":"VARCHAR","connector":"VARCHAR","status":"VARCHAR","observations":"BIGINT",
-                           "unparsed":"BIGINT","error":"VARCHAR","duration_ms":"BIGINT"}]'), recursive := true)) c
-                """, {"id": d.diagnosis_id, "doc": json.dumps(doc)})
-                con.execute("""
-                    INSERT INTO diagnosis_evidence
-                    SELECT $id, e.id, e.source, e.node, e.time::TIMESTAMPTZ, e.ref, e.text
-                    FROM (SELECT unnest(from_json($doc::JSON -> 'evidence',
-                        '[{"id":"VARCHAR","source":"VARCHAR","node":"VARCHAR","time":"VARCHAR","ref":"VARCHAR",
-                           "text":"VARCHAR"}]'), recursive := true)) e
-                """, {"id": d.diagnosis_id, "doc": json.dumps(doc)})
-                con.execute("COMMIT")
-            except Exception:
-                con.execute("ROLLBACK")
-                raise
+        con.execute("BEGIN TRANSACTION")
+        try:
+            old = [r[0] for r in con.execute(
+                "SELECT diagnosis_id FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?",
+                key).fetchall()]
+            for table in ("diagnosis_symptoms", "diagnosis_affected_nodes", "diagnosis_affected_components",
+                          "diagnosis_coverage", "diagnosis_evidence"):
+                con.execute(f"DELETE FROM {table} WHERE diagnosis_id IN (SELECT unnest($ids))",
+                            {"ids": old + [d.diagnosis_id]})
+            con.execute("DELETE FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?", key)
+            con.execute(
+                "INSERT INTO diagnoses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [*key, d.diagnosis_id, a.name, a.user, a.state, a.exit_code, a.start, a.end, a.nodes,
+                 d.terminal_state, d.sub_domain, d.confidence,
+                 rc.symptom if rc else None, rc.node if rc else None, rc.component if rc else None,
+                 rc.first_seen if rc else None, d.recommended_action, d.explanation,
+                 d.rules.version, len(d.rules.failed), d.created_at, d.model_dump_json()])
+            doc = json.loads(d.model_dump_json())
+            con.execute("""
+                INSERT INTO diagnosis_symptoms
+                SELECT $id, s.symptom, s.role, s.node, s.rank, s.component, s.first_seen::TIMESTAMPTZ,
+                       s.last_seen::TIMESTAMPTZ, s.count, s.demoted_by, s.interesting, s.rule
+                FROM (SELECT unnest(from_json($doc::JSON -> 'symptoms',
+                    '[{"symptom":"VARCHAR","role":"VARCHAR","node":"VARCHAR","rank":"INTEGER","component":"VARCHAR",
+                       "first_seen":"VARCHAR","last_seen":"VARCHAR","count":"INTEGER","demoted_by":"VARCHAR",
+                       "interesting":"BOOLEAN","rule":"VARCHAR"}]'), recursive := true)) s
+            """, {"id": d.diagnosis_id, "doc": json.dumps(doc)})
+            if d.affected_nodes:
+                con.execute("INSERT INTO diagnosis_affected_nodes SELECT $id, unnest($n)",
+                            {"id": d.diagnosis_id, "n": d.affected_nodes})
+            if d.affected_components:
+                con.execute("INSERT INTO diagnosis_affected_components SELECT $id, unnest($c)",
+                            {"id": d.diagnosis_id, "c": d.affected_components})
+            con.execute("""UPDATE rules_versions SET first_used = least(first_used, $t), last_used = greatest(last_used, $t)
+                           WHERE version = $v""", {"v": d.rules.version, "t": d.created_at})
+            con.execute("""INSERT INTO rules_versions SELECT $v, $t, $t
+                           WHERE NOT EXISTS (SELECT 1 FROM rules_versions WHERE version = $v)""",
+                        {"v": d.rules.version, "t": d.created_at})
+            if topology:
+                self._insert_topology(con, a.cluster, topology, a.start, f"bundle {a.job_id}")
+            con.execute("""
+                INSERT INTO diagnosis_coverage
+                SELECT $id, c.source, c.connector, c.status, c.observations, c.unparsed, c.error, c.duration_ms
+                FROM (SELECT unnest(from_json($doc::JSON -> 'coverage',
+                    '[{"source":"VARCHAR","connector":"VARCHAR","status":"VARCHAR","observations":"BIGINT",
+                       "unparsed":"BIGINT","error":"VARCHAR","duration_ms":"BIGINT"}]'), recursive := true)) c
+            """, {"id": d.diagnosis_id, "doc": json.dumps(doc)})
+            con.execute("""
+                INSERT INTO diagnosis_evidence
+                SELECT $id, e.id, e.source, e.node, e.time::TIMESTAMPTZ, e.ref, e.text
+                FROM (SELECT unnest(from_json($doc::JSON -> 'evidence',
+                    '[{"id":"VARCHAR","source":"VARCHAR","node":"VARCHAR","time":"VARCHAR","ref":"VARCHAR",
+                       "text":"VARCHAR"}]'), recursive := true)) e
+            """, {"id": d.diagnosis_id, "doc": json.dumps(doc)})
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
 
     @staticmethod
     def _insert_topology(con, cluster: str, rows: list[tuple], valid_from, source: str) -> int:
         before = con.execute("SELECT count(*) FROM topology_links").fetchone()[0]
         con.execute("""
             INSERT INTO topology_links
-            SELECT $cluster, unnest($s), unnest($p), unnest($peer), unnest($k), unnest($h), $t, $src
-            ON CONFLICT DO NOTHING
+            SELECT $cluster, n.s, n.p, n.peer, n.k, n.h, $t, $src
+            FROM (SELECT DISTINCT ON (s, p) unnest($s) AS s, unnest($p) AS p, unnest($peer) AS peer, unnest($k) AS k,
+                         unnest($h) AS h) n
+            WHERE NOT EXISTS (SELECT 1 FROM topology_links o WHERE o.cluster = $cluster AND o.switch = n.s
+                              AND o.port = n.p AND o.valid_from = $t)
         """, {"cluster": cluster, "s": [r[0] for r in rows], "p": [str(r[1]) for r in rows],
               "peer": [r[2] for r in rows], "k": [r[3] for r in rows], "h": [r[4] for r in rows],
               "t": valid_from, "src": source})
@@ -194,7 +323,7 @@ class Warehouse:
     def load_topology(self, cluster: str, rows: list[tuple], valid_from, source: str) -> int:
         """Record a topology snapshot (e.g. `attribution topology load`); returns the links added."""
         with _WRITE_LOCK, self.connect() as con:
-            return self._insert_topology(con, cluster, rows, valid_from, source)
+            return self._retry(lambda: self._insert_topology(con, cluster, rows, valid_from, source))
 
     def get(self, cluster: str, scheduler: str, job_id: str, attempt: int) -> dict | None:
         with self.connect(read_only=True) as con:
