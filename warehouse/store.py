@@ -99,7 +99,8 @@ def _extension(name: str) -> str:
     return str(found[0])
 
 
-_NO_CONSTRAINTS = re.compile(r",\s*PRIMARY KEY\s*\([^)]*\)", re.I)
+# table constraints ", PRIMARY KEY (a, b)" and column constraints "a VARCHAR PRIMARY KEY,"
+_NO_CONSTRAINTS = re.compile(r",\s*PRIMARY KEY\s*\([^)]*\)|\s+PRIMARY KEY(?=\s*[,)])", re.I)
 
 
 def _conflict(exc: Exception) -> bool:
@@ -126,8 +127,16 @@ class Warehouse:
         return self.url.split("?")[0] if self.lake else str(self.path)
 
     def exists(self) -> bool:
-        """Whether there is anything to read yet (a lake's catalog always answers)."""
-        return bool(self.lake) or self.path.exists()
+        """Whether there is anything to read yet (a lake: whether its catalog has been created)."""
+        if not self.lake:
+            return self.path.exists()
+        try:
+            self._open_lake(read_only=True).close()
+        except duckdb.InvalidInputException as exc:
+            if "does not exist" in str(exc):
+                return False
+            raise
+        return True
 
     @contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
