@@ -104,8 +104,10 @@ _NO_CONSTRAINTS = re.compile(r",\s*PRIMARY KEY\s*\([^)]*\)|\s+PRIMARY KEY(?=\s*[
 
 
 def _conflict(exc: Exception) -> bool:
+    """Another writer got there first: a commit conflict, or two processes creating a new lake's
+    catalog tables at the same moment (the loser's ATTACH fails; the next one finds them)."""
     text = str(exc).lower()
-    return isinstance(exc, duckdb.TransactionException) or "conflict" in text
+    return isinstance(exc, duckdb.TransactionException) or "conflict" in text or "failed to initialize ducklake" in text
 
 
 def views_digest() -> str:

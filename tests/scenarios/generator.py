@@ -175,8 +175,9 @@ def _write(path: Path, lines: list[str], crlf: bool, rng: random.Random, damage:
 
 # ---- scenario construction ------------------------------------------------------------------------
 
-def new_bundle(rng: random.Random, cls: str) -> Bundle:
+def new_bundle(rng: random.Random, cls: str, n_hosts: int | None = None) -> Bundle:
     n = rng.choice([2, 2, 3, 4, 4, 4, 6, 8, 8, 12, 16, 32, 64] if cls != "network_fabric" else [3, 4, 6, 8])
+    n = n_hosts or n
     names = host_names(rng, n)
     start = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(days=rng.randint(0, 330), seconds=rng.randint(0, 86400))
     end = start + timedelta(hours=rng.uniform(1.2, 5.0))

@@ -1,0 +1,223 @@
+"""The benchmark: attribution against the floor of a plain scan, at growing scale.
+
+    python -m tests.bench.bench                              # default scales, table + CSV
+    python -m tests.bench.bench --scales 8:100k 64:1M 1024:10M --csv bench.csv --keep /tmp/bench
+
+For each scale (hosts : log lines) it generates one failed attempt with the scenario generator (a
+GPU falling off the bus on one host, its NCCL cascade on every rank) and buries it in realistic
+noise (training steps, NCCL INFO, kernel and systemd chatter) up to the line count. Then, on the
+same files, warm in the page cache:
+
+  cat      cat every log file > /dev/null                    (the raw read)
+  grep     one `grep -E` pass with the rules' literal pre-filter patterns (what the rules look for)
+  inline   `attribution diagnose --inline --no-warehouse`     (wall and peak RSS of the process)
+  phases   the same steps timed one by one in a fresh process (scope, collect, store, rules, report)
+
+and prints, per scale, lines/s, the ratio inline/grep, the marginal cost (inline at this scale
+minus inline on a tiny attempt) over grep, and peak RSS; every row goes to the CSV too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+NOISE_APP = [
+    "[rank{r}]: step {s} | loss {l:.4f} | lr 3.000e-04 | grad_norm {g:.3f} | tokens/s {t}",
+    "[rank{r}]: iteration {s}/200000 consumed samples {c} elapsed time per iteration (ms): {t}",
+    "{h}:{p}:{p} [{gpu}] NCCL INFO Channel {ch:02d}/0 : {r} -> {r2} via P2P/CUMEM",
+    "[rank{r}]: [checkpoint] saving shard {ch} of step {s} to /lustre/ckpt/run-17/iter_{s:07d}",
+    "[rank{r}]: dataloader worker {ch} prefetch queue depth {g:.0f}",
+]
+NOISE_SYS = [
+    "{h} systemd[1]: Started Session {s} of User slurm.",
+    "{h} kernel: [{k:.6f}] perf: interrupt took too long ({t} > {c}), lowering kernel.perf_event_max_sample_rate",
+    "{h} slurmstepd[{p}]: debug:  jag_common_poll_data: Task 0 pid {p} ave_freq = 2100000 mem size/max 1234/5678",
+    "{h} chronyd[812]: Selected source 10.0.0.{ch}",
+    "{h} kernel: [{k:.6f}] NVRM: GPU at PCI:0000:{ch:02x}:00.0: GPU-5f2a{ch:04x} nvidia-persistenced heartbeat",
+]
+
+
+def parse_scale(text: str) -> tuple[int, int]:
+    hosts, _, lines = text.partition(":")
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)", lines)
+    if not hosts.isdigit() or not m:
+        raise argparse.ArgumentTypeError(f"{text!r}: HOSTS:LINES, e.g. 64:1M")
+    mult = {"": 1, "k": 1_000, "m": 1_000_000}[m.group(2).lower()]
+    return int(hosts), int(float(m.group(1)) * mult)
+
+
+def make_attempt(out: Path, hosts: int, lines: int, seed: int = 1) -> dict:
+    """One failed attempt with `hosts` hosts and about `lines` log lines, the fault buried in noise."""
+    from tests.scenarios.generator import CLASSES, new_bundle, write_bundle
+
+    rng = random.Random(f"bench:{hosts}:{lines}:{seed}")
+    b = new_bundle(rng, "gpu", n_hosts=hosts)
+    CLASSES["gpu"](b)
+    write_bundle(b, out, 0)
+    logs = sorted((out / "logs").glob("*/*.log"))
+    have = sum(f.read_bytes().count(b"\n") for f in logs)
+    pad = max(0, lines - have)
+    span = (b.end - b.start).total_seconds()
+    per_host = pad // (2 * hosts) + 1
+    for h in b.hosts:
+        for source, templates, share in (("app", NOISE_APP, per_host), ("syslog", NOISE_SYS, per_host)):
+            path = out / "logs" / source / f"{h.name}.log"
+            if not path.exists():
+                continue
+            step = span / share
+            chunk = []
+            for i in range(share):
+                t = b.start + timedelta(seconds=i * step)
+                tmpl = templates[i % len(templates)]
+                body = tmpl.format(r=i % (b.gpus * hosts), r2=(i + 1) % (b.gpus * hosts), s=i, l=2.5 - i * 1e-7, g=(i % 97) / 10,
+                                   t=30000 + i % 5000, c=i * 4096, h=h.name, p=1000 + i % 50000, gpu=i % b.gpus,
+                                   ch=i % 32, k=1000.0 + i * step)
+                chunk.append(f"{t.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z {body}\n")
+            original = path.read_text(encoding="utf-8", errors="replace")
+            with open(path, "w", encoding="utf-8") as f:   # noise first, then the attempt's own lines
+                f.writelines(chunk)
+                f.write(original)
+    logs = sorted((out / "logs").glob("*/*.log"))
+    return {"hosts": hosts, "lines": sum(f.read_bytes().count(b"\n") for f in logs),
+            "bytes": sum(f.stat().st_size for f in logs), "files": [str(f) for f in logs],
+            "expected": b.expected}
+
+
+def patterns() -> list[str]:
+    """The literals the rules' pre-filter keeps, for every text source: what grep must look for."""
+    from rules.pack import default_pack
+
+    pack = default_pack()
+    lits = sorted({lit for src in ("app", "syslog", "fabricmanager") for lit in pack.prefilter(src)})
+    return [re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", lit) for lit in lits]
+
+
+def run_timed(cmd: list[str], env: dict | None = None, stdout=subprocess.DEVNULL) -> tuple[float, int, str]:
+    """Wall seconds, peak RSS (MiB) of the child, its stdout."""
+    started = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE if stdout is None else stdout, stderr=subprocess.PIPE,
+                         env=env, cwd=ROOT)
+    out = p.stdout.read().decode() if p.stdout else ""
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - started
+    if p.returncode != 0:
+        raise RuntimeError(f"{cmd[:4]} exited {p.returncode}: {p.stderr.read().decode()[-1500:]}")
+    return wall, usage.ru_maxrss // 1024, out
+
+
+def best(n: int, fn):
+    runs = [fn() for _ in range(n)]
+    return min(runs, key=lambda r: r[0]), runs
+
+
+def phases(bundle: str) -> dict[str, float]:
+    """The inline steps, timed one by one (run in a fresh process by the bench)."""
+    from flows.pipeline import failed_collect  # noqa: F401  (same imports as a real run)
+    from rules.pack import default_pack
+    from tasks import steps
+
+    t = {}
+    s = time.perf_counter()
+    pack = default_pack()
+    t["load_rules"] = time.perf_counter() - s
+    s = time.perf_counter()
+    scoped = steps.scope_attempt(bundle)
+    t["scope"] = time.perf_counter() - s
+    s = time.perf_counter()
+    results = [steps.collect_source(scoped, src, pack) for src in scoped.sources]
+    t["collect"] = time.perf_counter() - s
+    s = time.perf_counter()
+    coverage = steps.store_observations(scoped, results)
+    t["store"] = time.perf_counter() - s
+    s = time.perf_counter()
+    steps.attribute(scoped, coverage, pack)
+    t["rules_and_report"] = time.perf_counter() - s
+    steps.drop_staging(scoped)
+    return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scales", nargs="+", type=parse_scale, default=[parse_scale(s) for s in ("8:100k", "64:1M", "256:3M", "1024:10M")])
+    ap.add_argument("--csv", default="bench.csv", help="append the rows here")
+    ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (default: a temporary directory)")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per measurement (best is reported)")
+    ap.add_argument("--phases-of", metavar="BUNDLE", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.phases_of:
+        print(json.dumps(phases(a.phases_of)))
+        return 0
+    base = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="attribution-bench-"))
+    base.mkdir(parents=True, exist_ok=True)
+    pat = base / "patterns.txt"
+    pat.write_text("\n".join(patterns()) + "\n")
+    py = sys.executable
+    diagnose = lambda b: [py, "-m", "attribution.cli", "diagnose", str(b), "--inline", "--no-warehouse", "--json"]  # noqa: E731
+    env = {**os.environ, "LC_ALL": "C"}
+
+    tiny = base / "tiny"
+    if not tiny.exists():
+        make_attempt(tiny, 2, 1_000)
+    (tiny_wall, tiny_rss, _), _ = best(max(a.repeat, 3), lambda: run_timed(diagnose(tiny), env, None))
+    print(f"tiny attempt (2 hosts, ~1k lines): --inline {tiny_wall:.2f} s wall, {tiny_rss} MiB peak RSS")
+
+    rows = []
+    for hosts, lines in a.scales:
+        d = base / f"h{hosts}-l{lines}"
+        t0 = time.perf_counter()
+        info = make_attempt(d, hosts, lines) if not (d / "bench.json").exists() else json.loads((d / "bench.json").read_text())
+        (d / "bench.json").write_text(json.dumps(info))
+        gen_s = time.perf_counter() - t0
+        files = info["files"]
+        run_timed(["cat", *files], env)    # into the page cache
+        (cat_s, cat_rss, _), _ = best(a.repeat, lambda: run_timed(["cat", *files], env))
+        (grep_s, grep_rss, _), _ = best(a.repeat, lambda: run_timed(["grep", "-E", "-c", "-f", str(pat), *files], env))
+        (inl_s, inl_rss, out), _ = best(a.repeat, lambda: run_timed(diagnose(d), env, None))
+        doc = json.loads(out)
+        ok = (doc["terminal_state"], doc["sub_domain"], doc["affected_nodes"]) == (
+            info["expected"]["terminal_state"], info["expected"]["sub_domain"], info["expected"]["affected_nodes"])
+        _, _, ph = run_timed([py, "-m", "tests.bench.bench", "--phases-of", str(d)], env, None)
+        ph = json.loads(ph)
+        marginal = max(0.0, inl_s - tiny_wall)
+        row = {"hosts": hosts, "lines": info["lines"], "mib": round(info["bytes"] / 2**20, 1),
+               "cat_s": round(cat_s, 3), "grep_s": round(grep_s, 3), "inline_s": round(inl_s, 3),
+               "inline_vs_grep": round(inl_s / grep_s, 2), "marginal_vs_grep": round(marginal / grep_s, 2),
+               "lines_per_s": int(info["lines"] / inl_s), "inline_rss_mib": inl_rss, "grep_rss_mib": grep_rss,
+               "correct": ok, **{f"phase_{k}_s": round(v, 3) for k, v in ph.items()}, "generate_s": round(gen_s, 1)}
+        rows.append(row)
+        print(f"\n== {hosts} hosts, {info['lines']:,} lines, {row['mib']} MiB ==")
+        print(f"  cat {cat_s:7.2f} s   grep -E {grep_s:7.2f} s ({grep_rss} MiB)   --inline {inl_s:7.2f} s ({inl_rss} MiB)"
+              f"   {row['lines_per_s']:,} lines/s   correct={ok}")
+        print(f"  inline/grep {row['inline_vs_grep']:.2f}x   marginal (minus tiny {tiny_wall:.2f} s)/grep "
+              f"{row['marginal_vs_grep']:.2f}x")
+        print("  phases: " + "  ".join(f"{k} {v:.2f}s" for k, v in ph.items()))
+    new = not Path(a.csv).exists()
+    with open(a.csv, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) + ["tiny_inline_s", "when"])
+        if new:
+            w.writeheader()
+        for r in rows:
+            w.writerow({**r, "tiny_inline_s": round(tiny_wall, 3), "when": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    print(f"\nrows appended to {a.csv}")
+    if not a.keep:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
