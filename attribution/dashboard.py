@@ -79,7 +79,7 @@ def hbars(rows: list[tuple[str, int]], title: str, color: str, width: int = 320)
         return f"<div class=card><b>{escape(title)}</b><p class=muted>no data</p></div>"
     top = max(n for _, n in rows) or 1
     height = 22 * len(rows) + 10
-    parts = [f"<svg role=img aria-label='{escape(title)}' width={width} height={height}>"]
+    parts = [f"<svg role=img aria-label='{escape(title)}' width='100%' viewBox='0 0 {width} {height}'>"]
     for i, (label, n) in enumerate(rows):
         w = n / top * (width - 170)
         parts.append(f"<text x=0 y={i * 22 + 16} font-size=11>{escape(label[:24])}</text>"
