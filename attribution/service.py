@@ -26,14 +26,13 @@ import re
 import time
 from collections import OrderedDict
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import GaugeMetricFamily
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from attribution.config import Config
 
@@ -107,6 +106,11 @@ class Accepted(BaseModel):
     flow_run_id: str | None = None
     duplicate: bool = False
     reason: str | None = None
+
+
+def _json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """The request body's schema for OpenAPI (bodies are read raw: signatures cover the bytes)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
 class AuthError(Exception):
@@ -307,8 +311,7 @@ def create_app(cfg: Config, trigger: Trigger | None = None) -> FastAPI:
         return refuse(exc)
 
     @app.post("/v1/webhooks/slurm", status_code=202, response_model=Accepted,
-              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                  "schema": SlurmJobEvent.model_json_schema()}}}})
+              openapi_extra=_json_body(SlurmJobEvent))
     async def slurm_webhook(request: Request):
         """A Slurm job ended (sent by deployments/slurm/attribution-hook). Failed -> diagnosed."""
         ev = parse(SlurmJobEvent, await signed_body(request))
@@ -320,8 +323,7 @@ def create_app(cfg: Config, trigger: Trigger | None = None) -> FastAPI:
                                           "trigger": "completion"})
 
     @app.post("/v1/webhooks/kubernetes", status_code=202, response_model=Accepted,
-              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                  "schema": KubernetesWorkloadEvent.model_json_schema()}}}})
+              openapi_extra=_json_body(KubernetesWorkloadEvent))
     async def kubernetes_webhook(request: Request):
         """A Kueue Workload finished or was evicted. Evicted, or Finished but not Succeeded -> diagnosed."""
         from connectors.kueue import ended_badly
@@ -336,8 +338,7 @@ def create_app(cfg: Config, trigger: Trigger | None = None) -> FastAPI:
                                                "attempt": ev.attempt, "trigger": "completion"})
 
     @app.post("/v1/attempts", status_code=202, response_model=Accepted,
-              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                  "schema": AttemptRequest.model_json_schema()}}}})
+              openapi_extra=_json_body(AttemptRequest))
     async def attempts(request: Request):
         """Diagnose an explicit attempt: a job on a configured cluster, or nodes + window."""
         req = parse(AttemptRequest, await bearer_body(request))

@@ -229,9 +229,31 @@ def _prepare(since: str | None, until: str | None, cfg: Config) -> tuple[datetim
     return since_t, until_t
 
 
-def _summary_start(found: list[Attempt], p: Plan) -> Summary:
-    return Summary(found=len(found) + len(p.unreadable), skipped=len(p.skipped), failed=len(p.unreadable),
-                   failures=[{"attempt": where, "error": why} for where, why in p.unreadable])
+@dataclass
+class Prepared:
+    """Everything a backfill run needs once the window is discovered and planned."""
+
+    cfg: Config
+    pack: Pack
+    settings: Settings
+    warehouse: str
+    since: datetime
+    until: datetime
+    plan: Plan
+    summary: Summary
+
+
+def prepare(cfg: Config, since: str | None, until: str | None, cluster: str | None, bundles_dir: str | None,
+            force: bool, warehouse: str | None, rules_dir: str | None, discover_fn: Callable = discover) -> Prepared:
+    since_t, until_t = _prepare(since, until, cfg)
+    warehouse = warehouse or cfg.warehouse
+    pack = load_pack(rules_dir or cfg.rules_dir) if (rules_dir or cfg.rules_dir) else default_pack()
+    found, bad = discover_fn(cfg, since_t, until_t, cluster, bundles_dir or cfg.backfill.bundles_dir)
+    p = plan(found, diagnosed_versions(warehouse, found), pack.version, force)
+    p.unreadable += bad
+    summary = Summary(found=len(found) + len(p.unreadable), skipped=len(p.skipped), failed=len(p.unreadable),
+                      failures=[{"attempt": where, "error": why} for where, why in p.unreadable])
+    return Prepared(cfg, pack, Settings(**cfg.rules.model_dump()), warehouse, since_t, until_t, p, summary)
 
 
 def backfill_inline(since: str | None = None, until: str | None = None, cluster: str | None = None,
@@ -240,18 +262,11 @@ def backfill_inline(since: str | None = None, until: str | None = None, cluster:
                     progress: Callable[[int, int, Attempt, str], None] | None = None,
                     cfg: Config | None = None) -> Summary:
     started = time.monotonic()
-    cfg = cfg or load_config()
-    since_t, until_t = _prepare(since, until, cfg)
-    warehouse = warehouse or cfg.warehouse
-    pack = load_pack(rules_dir or cfg.rules_dir) if (rules_dir or cfg.rules_dir) else default_pack()
-    settings = Settings(**cfg.rules.model_dump())
-    found, bad = discover(cfg, since_t, until_t, cluster, bundles_dir or cfg.backfill.bundles_dir)
-    p = plan(found, diagnosed_versions(warehouse, found), pack.version, force)
-    p.unreadable += bad
-    summary = _summary_start(found, p)
-    n = concurrency or cfg.backfill.concurrency
+    r = prepare(cfg or load_config(), since, until, cluster, bundles_dir, force, warehouse, rules_dir)
+    summary = r.summary
+    n = concurrency or r.cfg.backfill.concurrency
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="backfill") as pool:
-        run_all(p.todo, lambda a: pool.submit(diagnose_one, a, cfg, pack, settings, warehouse),
+        run_all(r.plan.todo, lambda a: pool.submit(diagnose_one, a, r.cfg, r.pack, r.settings, r.warehouse),
                 lambda fs: next(iter(wait_futures(fs, return_when=FIRST_COMPLETED).done)), n, summary, progress)
     summary.seconds = time.monotonic() - started
     return summary

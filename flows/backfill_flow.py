@@ -14,9 +14,7 @@ from prefect.cache_policies import NONE
 from prefect.futures import as_completed
 
 from attribution.config import load_config
-from flows.backfill import Attempt, _prepare, _summary_start, diagnose_one, diagnosed_versions, discover, plan, run_all
-from rules.engine import Settings
-from rules.pack import default_pack, load_pack
+from flows.backfill import Attempt, diagnose_one, discover, prepare, run_all
 
 
 discover_task = task(discover, name="discover", cache_policy=NONE, retries=2, retry_delay_seconds=[5, 30])
@@ -33,25 +31,19 @@ def backfill(since: str | None = None, until: str | None = None, cluster: str | 
 
     started = time.monotonic()
     log = get_run_logger()
-    cfg = load_config()
-    since_t, until_t = _prepare(since, until, cfg)
-    warehouse = warehouse or cfg.warehouse
-    pack = load_pack(rules_dir or cfg.rules_dir) if (rules_dir or cfg.rules_dir) else default_pack()
-    settings = Settings(**cfg.rules.model_dump())
-    found, bad = discover_task(cfg, since_t, until_t, cluster, bundles_dir or cfg.backfill.bundles_dir)
-    p = plan(found, diagnosed_versions(warehouse, found), pack.version, force)
-    p.unreadable += bad
-    summary = _summary_start(found, p)
+    r = prepare(load_config(), since, until, cluster, bundles_dir, force, warehouse, rules_dir, discover_task)
+    summary = r.summary
     log.info("window %s .. %s: %d found, %d already diagnosed by rules %s, %d to diagnose",
-             since_t.isoformat(), until_t.isoformat(), summary.found, summary.skipped, pack.version, len(p.todo))
+             r.since.isoformat(), r.until.isoformat(), summary.found, summary.skipped, r.pack.version, len(r.plan.todo))
 
     def submit(a: Attempt):
-        return diagnose_task.with_options(task_run_name=f"diagnose-{a.key}").submit(a, cfg, pack, settings, warehouse)
+        return diagnose_task.with_options(task_run_name=f"diagnose-{a.key}").submit(a, r.cfg, r.pack, r.settings,
+                                                                                   r.warehouse)
 
     def progress(i: int, n: int, a: Attempt, outcome: str) -> None:
         log.info("[%d/%d] %s: %s", i, n, a.key, outcome)
 
-    run_all(p.todo, submit, lambda fs: next(as_completed(list(fs))), concurrency or cfg.backfill.concurrency,
+    run_all(r.plan.todo, submit, lambda fs: next(as_completed(list(fs))), concurrency or r.cfg.backfill.concurrency,
             summary, progress)
     summary.seconds = time.monotonic() - started
     log.info("backfill summary: %s", summary.as_dict())
