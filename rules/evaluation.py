@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,24 +63,38 @@ def find_bundles(root: Path) -> list[Path]:
     return sorted(p.parent for p in Path(root).rglob("expected.json") if (p.parent / "attempt.yaml").is_file())
 
 
-def evaluate(root: Path, pack: Pack, progress=None) -> Report:
+def evaluate(root: Path, pack: Pack, progress=None, concurrency: int = 2) -> Report:
+    """Diagnose every bundle under root that carries expected.json, `concurrency` at a time
+    (DuckDB works outside the GIL), outcomes in bundle order."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from flows.inline import attribute_inline
     from flows.pipeline import Request
 
     report = Report()
     started = time.monotonic()
     bundles = find_bundles(root)
-    for i, b in enumerate(bundles, 1):
+    done = 0
+    lock = threading.Lock()
+
+    def one(b: Path) -> Outcome:
+        nonlocal done
         exp = json.loads((b / "expected.json").read_text())
         cls = f"{exp['terminal_state']}/{exp['sub_domain']}"
         try:
             d = attribute_inline(Request(bundle=str(b)), pack)
             got = {"terminal_state": d.terminal_state, "sub_domain": d.sub_domain, "affected_nodes": d.affected_nodes,
                    "root": d.root_cause.symptom if d.root_cause else None, "failed_rules": [f["rule"] for f in d.rules.failed]}
-            report.outcomes.append(Outcome(str(b), cls, exp, got))
+            out = Outcome(str(b), cls, exp, got)
         except Exception as exc:
-            report.outcomes.append(Outcome(str(b), cls, exp, None, f"{type(exc).__name__}: {exc}"))
-        if progress:
-            progress(i, len(bundles))
+            out = Outcome(str(b), cls, exp, None, f"{type(exc).__name__}: {exc}")
+        with lock:
+            done += 1
+            if progress:
+                progress(done, len(bundles))
+        return out
+
+    with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="eval") as pool:
+        report.outcomes.extend(pool.map(one, bundles))
     report.seconds = time.monotonic() - started
     return report

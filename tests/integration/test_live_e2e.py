@@ -1,4 +1,4 @@
-"""End to end on live sources: a real multi-node Slurm job fails; `attribution diagnose --job` scopes
+"""End to end on live sources: a real multi-node Slurm job fails; `attribution diagnose --job --inline` scopes
 it from Slurm (slurmrestd), collects metrics from the real Prometheus and logs from the Loki
 stand-in (no Loki can run here), and writes a diagnosis with every coverage record filled."""
 
@@ -40,7 +40,7 @@ def test_failed_slurm_job_diagnosed_from_live_sources(slurm, prometheus, tmp_pat
                                    }}}}
         (tmp_path / "attribution.yaml").write_text(yaml.safe_dump(cfg))
         r = subprocess.run([sys.executable, "-m", "attribution.cli", "diagnose", "--job", job, "--cluster", "ci",
-                            "--config", str(tmp_path / "attribution.yaml"), "--json"],
+                            "--config", str(tmp_path / "attribution.yaml"), "--json", "--inline"],
                            capture_output=True, text=True, cwd=ROOT, timeout=300,
                            env={**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")})
         assert r.returncode == 0, r.stderr[-3000:]
