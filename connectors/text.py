@@ -7,6 +7,7 @@ UTF-8 are decoded leniently (invalid bytes become U+FFFD and are counted), never
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,25 +65,50 @@ def scan_files(con: duckdb.DuckDBPyConnection, files: list[TextFile], source: st
 
 
 def _scan_batch(con, batch: list[TextFile], source: str, connector: str, predicate: str, stats: ScanStats) -> None:
+    """Scan a batch of files and store what they hold, all in SQL: the hit lines never pass
+    through Python, and a batch costs a handful of statements whatever its number of files."""
     query = render("scan_text.sql", files="read_text($paths)", prefilter=predicate, max_line=LONG_LINE)
+    table = f"scan_{uuid.uuid4().hex}"
     try:
-        results = con.execute(query, {"paths": [str(f.path) for f in batch]}).fetchall()
-        by_name = {r[0]: r for r in results}
-        for f in batch:
-            _store(con, f, by_name[str(f.path)], 0, source, connector, stats)
-        return
+        con.execute(f"""
+            CREATE TEMP TABLE {table} AS
+            SELECT nextval('file_seq') AS file_id, f.node, f.ref, s.*
+            FROM ({query}) s JOIN (SELECT unnest($paths) AS filename, unnest($nodes) AS node, unnest($refs) AS ref) f
+                 USING (filename)
+        """, {"paths": [str(f.path) for f in batch], "nodes": [f.node for f in batch], "refs": [f.ref for f in batch]})
     except duckdb.InvalidInputException:
-        pass  # some file is not valid UTF-8: read one by one, leniently where needed
-    for f in batch:
-        try:
-            row = con.execute(query, {"paths": [str(f.path)]}).fetchone()
-            bad = 0
-        except duckdb.InvalidInputException:
-            text, bad = read_lenient(f.path)
-            lenient = render("scan_text.sql", 
-                files="(SELECT $name AS filename, $content AS content)", prefilter=predicate, max_line=LONG_LINE)
-            row = con.execute(lenient, {"name": str(f.path), "content": text}).fetchone()
-        _store(con, f, row, bad, source, connector, stats)
+        for f in batch:   # some file is not valid UTF-8: one by one, leniently where needed
+            try:
+                row = con.execute(query, {"paths": [str(f.path)]}).fetchone()
+                bad = 0
+            except duckdb.InvalidInputException:
+                text, bad = read_lenient(f.path)
+                lenient = render("scan_text.sql", files="(SELECT $name AS filename, $content AS content)",
+                                 prefilter=predicate, max_line=LONG_LINE)
+                row = con.execute(lenient, {"name": str(f.path), "content": text}).fetchone()
+            _store(con, f, row, bad, source, connector, stats)
+        return
+    try:
+        con.execute(f"""
+            INSERT INTO source_files
+            SELECT file_id, $source, $connector, node, ref, n_lines, 0, n_long, tail FROM {table}
+        """, {"source": source, "connector": connector})
+        con.execute(f"""
+            INSERT INTO raw_lines
+            SELECT file_id, unnest(hit_lineno), unnest(hit_line), NULL, NULL FROM {table} WHERE len(hit_lineno) > 0
+        """)
+        files, lines, hits, long_lines, nodes = con.execute(f"""
+            SELECT count(*), coalesce(sum(n_lines), 0), coalesce(sum(len(hit_lineno)), 0), coalesce(sum(n_long), 0),
+                   list(DISTINCT node) FILTER (WHERE node IS NOT NULL AND n_lines > 0)
+            FROM {table}
+        """).fetchone()
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {table}")
+    stats.files += files
+    stats.lines += lines
+    stats.hits += hits
+    stats.long_lines += long_lines
+    stats.nodes.update(nodes or [])
 
 
 def _store(con, f: TextFile, row, bad: int, source: str, connector: str, stats: ScanStats) -> None:
