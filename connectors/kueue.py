@@ -12,9 +12,8 @@ import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
-import httpx
 import yaml
 from pydantic import BaseModel, Field
 
@@ -22,6 +21,9 @@ from attribution.models import AttemptScope, Coverage, CoverageStatus, Observati
 from connectors import http_get
 from connectors import scheduler_records as sr
 from connectors.staging import connect, insert_observations
+
+if TYPE_CHECKING:   # at run time httpx is imported where a request is made: the offline path never pays for it
+    import httpx
 
 CONNECTOR = "kubernetes"
 KUEUE_API = "/apis/kueue.x-k8s.io/v1beta1"
@@ -62,6 +64,7 @@ def _client(src: KueueSource, transport: httpx.BaseTransport | None) -> httpx.Cl
     if not url:
         raise KueueError("no API server URL (set url or kubeconfig)")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    import httpx
     return httpx.Client(base_url=url.rstrip("/"), headers=headers, verify=verify, transport=transport,
                         timeout=httpx.Timeout(src.timeout_s, connect=min(src.timeout_s, 5.0)))
 

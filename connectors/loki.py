@@ -14,15 +14,16 @@ from __future__ import annotations
 import re
 import time
 from datetime import datetime, timedelta
-from typing import Literal
-
-import httpx
+from typing import Literal, TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus
 from connectors import http_get
 from connectors.staging import MAX_TEXT, connect
+
+if TYPE_CHECKING:   # at run time httpx is imported where a request is made: the offline path never pays for it
+    import httpx
 
 CONNECTOR = "loki"
 
@@ -107,6 +108,7 @@ def collect(src: LokiSource, scope: AttemptScope, staging: str, prefilter: list[
     lines: list[tuple[str, int, str]] = []   # (host, ns, line)
     truncated_windows = 0
     error = None
+    import httpx
     timeout = httpx.Timeout(src.timeout_s, connect=min(src.timeout_s, 5.0))
     streams: set[str] = set()
     with httpx.Client(base_url=src.url.rstrip("/"), timeout=timeout, headers=headers, transport=transport) as client:

@@ -15,14 +15,16 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Literal
+from typing import Literal, TYPE_CHECKING
 
-import httpx
 from pydantic import BaseModel, Field
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus, Observation
 from connectors import http_get
 from connectors.staging import connect, insert_observations
+
+if TYPE_CHECKING:   # at run time httpx is imported where a request is made: the offline path never pays for it
+    import httpx
 
 CONNECTOR = "prometheus"
 MAX_POINTS = 11_000
@@ -129,6 +131,7 @@ def collect(src: PrometheusSource, scope: AttemptScope, staging: str, transport:
     step = choose_step(start, end)
     results: list[QueryResult] = []
     obs: list[Observation] = []
+    import httpx
     timeout = httpx.Timeout(src.timeout_s, connect=min(src.timeout_s, 5.0))
     with httpx.Client(base_url=src.url.rstrip("/"), timeout=timeout, headers=src.headers, transport=transport) as client:
         for name, expr in src.queries.items():

@@ -15,9 +15,8 @@ import re
 import subprocess
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
-import httpx
 from pydantic import BaseModel, Field
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus
@@ -25,6 +24,9 @@ from connectors import TransientSourceError, http_get
 from connectors import scheduler_records as sr
 from connectors.hostlist import expand_hostlist
 from connectors.staging import connect, insert_observations
+
+if TYPE_CHECKING:   # at run time httpx is imported where a request is made: the offline path never pays for it
+    import httpx
 
 CONNECTOR = "slurm"
 KNOWN_VERSIONS = ["v0.0.41", "v0.0.40", "v0.0.39", "v0.0.38"]
@@ -58,6 +60,7 @@ class Rest:
     def __init__(self, src: SlurmSource, transport: httpx.BaseTransport | None = None):
         token = os.environ.get(src.token_env, "")
         self.token_env = src.token_env
+        import httpx
         self.client = httpx.Client(base_url=src.rest_url.rstrip("/"), transport=transport,
                                    timeout=httpx.Timeout(src.timeout_s, connect=min(5.0, src.timeout_s)),
                                    headers={"X-SLURM-USER-NAME": src.user, "X-SLURM-USER-TOKEN": token})

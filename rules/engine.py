@@ -111,13 +111,8 @@ def _json_shape(rows: list[dict[str, Any]]) -> dict[str, str]:
     return shape
 
 
-def _columns(con: duckdb.DuckDBPyConnection) -> list[str]:
-    return [r[0] for r in con.execute("DESCRIBE rule_out").fetchall()]
-
-
-def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
-    cols = _columns(con)
-    n = con.execute("SELECT count(*) FROM rule_out").fetchone()[0]
+def _check_columns(rule: Rule, cols: list[str]) -> None:
+    """What a rule's output must look like, checked whether or not it found anything."""
     if rule.output == "events":
         missing = {"obs_id", "symptom"} - set(cols)
         if missing:
@@ -125,6 +120,30 @@ def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
         unknown = set(cols) - set(EVENT_COLUMNS)
         if unknown:
             raise RuleRuntimeError(f"events output has unknown column(s) {sorted(unknown)}")
+    elif rule.output == "annotations":
+        if "event_id" not in cols:
+            raise RuleRuntimeError("annotations output needs an event_id column")
+        unknown = [c for c in cols if c != "event_id" and c not in ANNOTATION_COLUMNS]
+        if unknown:
+            raise RuleRuntimeError(f"annotations output has unknown column {unknown[0]!r}")
+    elif rule.output == "verdicts":
+        required = {"terminal_state", "sub_domain", "priority"}
+        if required - set(cols):
+            raise RuleRuntimeError(f"verdicts output lacks column(s) {sorted(required - set(cols))}")
+    elif rule.output == "roles":
+        if not {"event_id", "role"} <= set(cols):
+            raise RuleRuntimeError("roles output needs event_id and role columns")
+
+
+def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
+    cur = con.execute("SELECT count(*) OVER () AS n, * FROM rule_out LIMIT 1")
+    cols = [d[0] for d in cur.description][1:]
+    row = cur.fetchone()
+    n = row[0] if row else 0
+    _check_columns(rule, cols)
+    if n == 0:   # most rules find nothing in most attempts: nothing to apply
+        return 0
+    if rule.output == "events":
         select = ", ".join(f"o.{c}" for c in cols)
         con.execute(f"""
             INSERT INTO events BY NAME
@@ -144,14 +163,10 @@ def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
             FROM symptom_defs d WHERE d.symptom = events.symptom AND events.rule_id = $rule
         """, {"rule": rule.id})
     elif rule.output == "annotations":
-        if "event_id" not in cols:
-            raise RuleRuntimeError("annotations output needs an event_id column")
         sets = []
         for c in cols:
             if c == "event_id":
                 continue
-            if c not in ANNOTATION_COLUMNS:
-                raise RuleRuntimeError(f"annotations output has unknown column {c!r}")
             if c == "attrs":
                 sets.append("attrs = json_merge_patch(coalesce(events.attrs, '{}'), coalesce(a.attrs::JSON, '{}'))")
             else:
@@ -159,14 +174,9 @@ def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
         if sets:
             con.execute(f"UPDATE events SET {', '.join(sets)} FROM rule_out a WHERE a.event_id = events.event_id")
     elif rule.output == "verdicts":
-        required = {"terminal_state", "sub_domain", "priority"}
-        if required - set(cols):
-            raise RuleRuntimeError(f"verdicts output lacks column(s) {sorted(required - set(cols))}")
         select = ", ".join(f"o.{c}" for c in cols)
         con.execute(f"INSERT INTO verdicts BY NAME SELECT $rule AS rule_id, {select} FROM rule_out o", {"rule": rule.id})
     elif rule.output == "roles":
-        if not {"event_id", "role"} <= set(cols):
-            raise RuleRuntimeError("roles output needs event_id and role columns")
         demoted = "coalesce(r.demoted_by, $rule)" if "demoted_by" in cols else "CASE WHEN r.role = 'cascade' THEN $rule END"
         interesting = "coalesce(r.interesting, events.interesting)" if "interesting" in cols else "events.interesting"
         con.execute(f"""
