@@ -12,7 +12,6 @@ Every value is HTML-escaped; every query binds its parameters.
 from __future__ import annotations
 
 import hmac
-import json
 from datetime import datetime, timedelta
 from html import escape
 from typing import Any, Callable
@@ -225,7 +224,3 @@ def token_ok(token: str | None, request) -> bool:
     if auth.lower().startswith("bearer "):
         given = auth[7:].strip()
     return bool(given) and hmac.compare_digest(given.encode(), token.encode())
-
-
-def as_json(v: Any) -> str:
-    return json.dumps(v, default=str)

@@ -137,7 +137,7 @@ def check_signature(secret: str | None, headers, body: bytes, window_s: float, n
         raise AuthError(403, "timestamp malformed")
     if abs((now or time.time()) - int(ts)) > window_s:
         raise AuthError(403, "timestamp outside the replay window")
-    want = "sha256=" + hmac.new(secret.encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+    want = sign(secret, body, int(ts))["X-Attribution-Signature"]
     if not hmac.compare_digest(want.encode(), sig.strip().encode()):
         raise AuthError(403, "signature mismatch")
 
@@ -482,12 +482,8 @@ def _warehouse_rows(cfg: Config, sql: str, args: list, quiet: bool = False) -> l
     """Read the warehouse briefly (writers are other processes: hold the file as little as possible)."""
     from warehouse.store import Warehouse, WarehouseLocked
 
-    wh = Warehouse(cfg.warehouse, lock_wait_s=10)
-    if not wh.exists():
-        return []
     try:
-        with wh.connect(read_only=True) as con:
-            return con.execute((_DIAGNOSES_API if "diagnoses_api" in sql else "") + sql, args).fetchall()
+        return Warehouse(cfg.warehouse, lock_wait_s=10).rows((_DIAGNOSES_API if "diagnoses_api" in sql else "") + sql, args)
     except WarehouseLocked:
         if quiet:
             return []

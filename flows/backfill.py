@@ -148,15 +148,13 @@ def diagnosed_versions(warehouse: str | None, attempts: list[Attempt]) -> dict[s
     """attempt key -> rules version of its stored diagnosis."""
     from warehouse.store import Warehouse
 
-    if not warehouse or not attempts or not Warehouse(warehouse).exists():
+    if not warehouse or not attempts:
         return {}
-    with Warehouse(warehouse).connect(read_only=True) as con:
-        rows = con.execute("""
-            SELECT d.cluster || ':' || d.scheduler || ':' || d.job_id || ':' || d.attempt, d.rules_version
-            FROM diagnoses d JOIN (SELECT unnest($keys) AS k) w
-              ON w.k = d.cluster || ':' || d.scheduler || ':' || d.job_id || ':' || d.attempt
-        """, {"keys": [a.key for a in attempts]}).fetchall()
-    return dict(rows)
+    return dict(Warehouse(warehouse).rows("""
+        SELECT d.cluster || ':' || d.scheduler || ':' || d.job_id || ':' || d.attempt, d.rules_version
+        FROM diagnoses d JOIN (SELECT unnest($keys) AS k) w
+          ON w.k = d.cluster || ':' || d.scheduler || ':' || d.job_id || ':' || d.attempt
+    """, {"keys": [a.key for a in attempts]}))
 
 
 def plan(attempts: Iterable[Attempt], done: dict[str, str], rules_version: str, force: bool = False) -> Plan:
@@ -221,7 +219,7 @@ def run_all(todo: list[tuple[Attempt, str]], submit: Callable[[Attempt], Any], w
             progress(i, n, a, f"{out['terminal_state']}/{out['sub_domain']}" + (" (rules changed)" if why == "stale_rules" else ""))
 
 
-def _prepare(since: str | None, until: str | None, cfg: Config) -> tuple[datetime, datetime]:
+def _window(since: str | None, until: str | None, cfg: Config) -> tuple[datetime, datetime]:
     until_t = parse_when(until) if until else datetime.now(timezone.utc)
     since_t = parse_when(since) if since else until_t - timedelta(hours=cfg.backfill.lookback_hours)
     if since_t >= until_t:
@@ -245,7 +243,7 @@ class Prepared:
 
 def prepare(cfg: Config, since: str | None, until: str | None, cluster: str | None, bundles_dir: str | None,
             force: bool, warehouse: str | None, rules_dir: str | None, discover_fn: Callable = discover) -> Prepared:
-    since_t, until_t = _prepare(since, until, cfg)
+    since_t, until_t = _window(since, until, cfg)
     warehouse = warehouse or cfg.warehouse
     pack = load_pack(rules_dir or cfg.rules_dir) if (rules_dir or cfg.rules_dir) else default_pack()
     found, bad = discover_fn(cfg, since_t, until_t, cluster, bundles_dir or cfg.backfill.bundles_dir)

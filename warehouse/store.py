@@ -110,6 +110,10 @@ def _conflict(exc: Exception) -> bool:
     return isinstance(exc, duckdb.TransactionException) or "conflict" in text or "failed to initialize ducklake" in text
 
 
+def _no_lake_yet(exc: Exception) -> bool:
+    return "does not exist" in str(exc)
+
+
 def views_digest() -> str:
     return hashlib.sha256(b"".join(f.read_bytes() for f in sorted(VIEWS_DIR.glob("*.sql")))).hexdigest()[:16]
 
@@ -135,10 +139,23 @@ class Warehouse:
         try:
             self._open_lake(read_only=True).close()
         except duckdb.InvalidInputException as exc:
-            if "does not exist" in str(exc):
+            if _no_lake_yet(exc):
                 return False
             raise
         return True
+
+    def rows(self, sql: str, args: list | dict | None = None) -> list[tuple]:
+        """A read-only query's rows; none while nothing has been written (no file, no lake yet).
+        One connection: readers that only need rows need not ask exists() first."""
+        if not self.lake and not self.path.exists():
+            return []
+        try:
+            with self.connect(read_only=True) as con:
+                return con.execute(sql, args or []).fetchall()
+        except duckdb.InvalidInputException as exc:
+            if self.lake and _no_lake_yet(exc):
+                return []
+            raise
 
     @contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
