@@ -1,5 +1,5 @@
 """The production shape on one machine: a real `prefect server start` on 127.0.0.1, the project's
-deployments applied with `attribution deploy`, one `attribution worker` (process pool) and
+deployments applied with `attribution deploy`, one `attribution worker` (warm, runs flow runs in its own process) and
 `attribution serve`, each its own process, the way deployments/README.md tells operators to run them.
 """
 
@@ -51,8 +51,10 @@ def _stop(proc: subprocess.Popen | None) -> None:
 
 
 class PrefectStack:
-    def __init__(self, base: Path, config: Path, extra_env: dict[str, str] | None = None):
+    def __init__(self, base: Path, config: Path, extra_env: dict[str, str] | None = None,
+                 worker_args: list[str] | None = None):
         self.base, self.config = base, config
+        self.worker_args = worker_args or ["--limit", "4"]
         self.server_port, self.api_port = free_port(), free_port()
         self.prefect_url = f"http://127.0.0.1:{self.server_port}/api"
         self.url = f"http://127.0.0.1:{self.api_port}"
@@ -83,7 +85,7 @@ class PrefectStack:
                                 timeout=180)
         if deploy.returncode != 0:
             raise RuntimeError(f"attribution deploy failed: {deploy.stdout[-2000:]}{deploy.stderr[-2000:]}")
-        self._spawn("worker", [*attribution, "worker", "--limit", "4"])
+        self._spawn("worker", [*attribution, "worker", *self.worker_args])
         service = self._spawn("service", [*attribution, "serve", "--port", str(self.api_port)])
         _wait(f"{self.url}/healthz", "attribution serve", service, self.base / "service.log", 60)
         return self
