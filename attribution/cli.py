@@ -595,7 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
     wk.add_argument("--pool", default="attribution")
     wk.add_argument("--queue", action="append", help="only these work queues (repeatable; default all)")
     wk.add_argument("--limit", type=int, default=4, help="flow runs at once on this worker")
-    wk.add_argument("--poll", type=float, default=0.5, help="seconds between polls of the pool")
+    wk.add_argument("--poll", type=float, default=0.25, help="seconds between polls of the pool")
     wk.add_argument("--process", action="store_true", help="Prefect's process worker (a process per flow run)")
     wk.add_argument("--config", metavar="FILE")
     wk.set_defaults(func=cmd_worker)

@@ -12,16 +12,34 @@ class TransientSourceError(Exception):
         self.status = status
 
 
-def http_get(client, path: str, what: str, params: dict | None = None, max_retry_after_s: int = 30):
+MAX_BODY_BYTES = 512 * 1024 * 1024
+
+
+def http_get(client, path: str, what: str, params: dict | None = None, max_retry_after_s: int = 30,
+             max_bytes: int = MAX_BODY_BYTES):
     """GET with the failure policy every HTTP connector shares: a timeout or transport error, 429 and
     5xx raise TransientSourceError (the collect task retries those; Retry-After is honoured up to a
-    bound first); anything else is returned for the connector to judge."""
+    bound first); anything else is returned for the connector to judge.
+
+    The client's read timeout is also the deadline for the whole answer: httpx's timeouts are per
+    socket operation, so a server dripping a byte a second would otherwise hold a source forever.
+    A body over `max_bytes` is refused (an error, not retried)."""
     import time
 
     import httpx
 
+    deadline = time.monotonic() + (client.timeout.read or 60.0)
     try:
-        r = client.get(path, params=params)
+        with client.stream("GET", path, params=params) as r:
+            raw, size = [], 0
+            for chunk in r.iter_raw():
+                raw.append(chunk)
+                size += len(chunk)
+                if size > max_bytes:
+                    raise ValueError(f"{what}: answer from {path} is larger than {max_bytes // 2**20} MiB; refused")
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout("deadline passed while reading the answer")
+            r = httpx.Response(r.status_code, headers=r.headers, content=b"".join(raw), request=r.request)
     except httpx.TimeoutException:
         raise TransientSourceError(f"{what}: {path} did not answer in time", "timeout") from None
     except httpx.TransportError as exc:

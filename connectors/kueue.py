@@ -37,12 +37,17 @@ class KueueSource(BaseModel):
     ca_file: str | None = None
     verify_tls: bool = True
     timeout_s: float = Field(10.0, gt=0)
+    max_pages: int = Field(1000, ge=1, description="a workload listing that pages longer than this is an error")
     pod_selector: str = Field("kueue.x-k8s.io/workload-name={workload}",
                               description="label selector for the workload's pods; {workload} and {owner} are filled in")
 
 
 class KueueError(ValueError):
     pass
+
+
+class NotFound(KueueError):
+    """The API server answered 404: it has no such object (an empty answer, not a failure)."""
 
 
 def _client(src: KueueSource, transport: httpx.BaseTransport | None) -> httpx.Client:
@@ -74,13 +79,16 @@ def _get(client: httpx.Client, path: str, params: dict | None = None) -> Any:
     if r.status_code in (401, 403):
         raise KueueError(f"HTTP {r.status_code} for {path}: not authorised (check the token)")
     if r.status_code == 404:
-        raise KueueError(f"{path}: not found")
+        raise NotFound(f"{path}: not found")
     if r.status_code >= 400:
         raise KueueError(f"HTTP {r.status_code} for {path}: {r.text[:200]}")
     try:
-        return r.json()
+        body = r.json()
     except ValueError:
         raise KueueError(f"{path}: body is not JSON") from None
+    if not isinstance(body, dict) or not isinstance(body.get("items", []), list):
+        raise KueueError(f"{path}: unexpected answer (not a Kubernetes object or list)")
+    return body
 
 
 def _ts(value: str | None) -> datetime | None:
@@ -133,8 +141,9 @@ def collect(src: KueueSource, scope: AttemptScope, staging: str, transport: http
     started = time.monotonic()
     try:
         objects = objects or fetch(src, scope.job_id, transport)
-    except KueueError as exc:
-        return Coverage(source="kueue", connector=CONNECTOR, status=CoverageStatus.error, error=str(exc),
+    except KueueError as exc:   # the workload itself gone (404) is an empty answer; anything else an error
+        return Coverage(source="kueue", connector=CONNECTOR,
+                        status=CoverageStatus.empty if isinstance(exc, NotFound) else CoverageStatus.error, error=str(exc),
                         duration_ms=int((time.monotonic() - started) * 1000))
     obs: list[Observation] = []
     ref = f"kubernetes:{src.namespace}"
@@ -172,9 +181,9 @@ def discover_failed(src: KueueSource, start: datetime, end: datetime,
                     transport: httpx.BaseTransport | None = None, page_size: int = 500) -> list[dict[str, Any]]:
     """Workloads of the namespace whose attempt ended badly inside [start, end), following the
     list's `continue` tokens (bounded: a server that never stops paging is an error)."""
-    out, token = [], None
+    out, token, seen = [], None, set()
     with _client(src, transport) as client:
-        for _ in range(1000):
+        for _ in range(src.max_pages):
             params = {"limit": page_size, **({"continue": token} if token else {})}
             page = _get(client, f"{KUEUE_API}/namespaces/{src.namespace}/workloads", params)
             for wl in page.get("items") or []:
@@ -188,4 +197,7 @@ def discover_failed(src: KueueSource, start: datetime, end: datetime,
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return sorted(out, key=lambda w: w["end"])
-    raise KueueError("workload list did not stop paging after 1000 pages")
+            if token in seen:
+                raise KueueError("workload list paging loops: the server repeated a continue token")
+            seen.add(token)
+    raise KueueError(f"workload list did not stop paging after {src.max_pages} pages")

@@ -100,11 +100,14 @@ def _query(client: httpx.Client, src: PrometheusSource, name: str, expr: str, st
         return res, []
     res.warnings = [str(w) for w in body.get("warnings") or []]
     data = body.get("data") or {}
-    if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
-        res.error = f"unexpected resultType {data.get('resultType')!r}"
+    if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
+        res.error = f"unexpected answer: resultType {data.get('resultType') if isinstance(data, dict) else None!r}"
         return res, []
     obs: list[Observation] = []
     for series in data["result"]:
+        if not isinstance(series, dict):
+            res.error = "unexpected answer: a series is not an object"
+            return res, []
         metric = {str(k): str(v) for k, v in (series.get("metric") or {}).items()}
         name_ = metric.get("__name__", name)
         labels = {k: v for k, v in metric.items() if k != "__name__"}

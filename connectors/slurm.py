@@ -74,6 +74,9 @@ class Rest:
             body = r.json()
         except ValueError:
             raise SlurmError(f"slurmrestd: HTTP {r.status_code} for {path}: body is not JSON") from None
+        if not isinstance(body, dict):
+            raise SlurmError(f"slurmrestd: HTTP {r.status_code} for {path}: unexpected answer "
+                             f"(a JSON {type(body).__name__}, not an object)")
         errors = [e for e in body.get("errors") or [] if isinstance(e, dict)]
         if r.status_code >= 400 or errors:
             msg = "; ".join(str(e.get("error") or e.get("description") or e) for e in errors) or r.text[:200]
@@ -171,6 +174,11 @@ def collect(src: SlurmSource, scope: AttemptScope, staging: str, transport: http
     started = time.monotonic()
     try:
         doc, exit_code = job_document(src, scope.job_id, transport)
+        if isinstance(doc, dict) and isinstance(doc.get("jobs"), list) and \
+                not [j for j in doc["jobs"] if isinstance(j, dict) and str(j.get("job_id")) == str(scope.job_id)]:
+            return Coverage(source="sacct", connector=CONNECTOR, status=CoverageStatus.empty,
+                            error=f"job {scope.job_id} is not in Slurm accounting",
+                            duration_ms=int((time.monotonic() - started) * 1000))
         obs, facts = sr.sacct_observations(doc, scope.job_id, f"slurm:{'rest' if src.rest_url else 'sacct'}", CONNECTOR)
     except (SlurmError, sr.RecordError, json.JSONDecodeError) as exc:
         return Coverage(source="sacct", connector=CONNECTOR, status=CoverageStatus.error, error=str(exc).splitlines()[0],

@@ -33,7 +33,8 @@ def _retry_transient(task, task_run, state) -> bool:
 scope_task = task(steps.scope_attempt, name="scope", cache_policy=NONE)
 scope_live_task = task(steps.scope_live, name="scope", cache_policy=NONE, retries=2, retry_delay_seconds=[1, 5],
                        retry_condition_fn=_retry_transient)
-collect_task = task(steps.collect_source, name="collect", cache_policy=NONE, retries=len(RETRY_DELAYS_S),
+collect_task = task(steps.collect_source, name="collect", task_run_name="collect-{source}", cache_policy=NONE,
+                    retries=len(RETRY_DELAYS_S),
                     retry_delay_seconds=list(RETRY_DELAYS_S), retry_jitter_factor=0.5, retry_condition_fn=_retry_transient)
 store_task = task(steps.store_observations, name="store", cache_policy=NONE)
 attribute_task = task(steps.attribute, name="attribute", cache_policy=NONE)
@@ -45,7 +46,7 @@ class PrefectRunner:
         return scope_live_task(request.live) if request.live else scope_task(request.bundle)
 
     def collect(self, scoped, source, pack):
-        return collect_task.with_options(task_run_name=f"collect-{source}").submit(scoped, source, pack)
+        return collect_task.submit(scoped, source, pack)
 
     def store(self, scoped, results):
         return store_task(scoped, results)

@@ -12,7 +12,7 @@ reads each flow run's timeline back from Prefect:
 
   queue     created -> started      (poll interval, claim, and for --process the Python start)
   run       started -> ended        (the flow: Prefect engine + tasks + the attribution work)
-  work      the same attempt inline (no Prefect): what the flow would cost without overhead
+  work      the same attempt inline, published to a warehouse too (no Prefect): the flow's work
   overhead  created -> ended minus work
 
 and prints p50 / p90 / max of each, the wall time for all N, and attempts per hour per worker.
@@ -51,18 +51,19 @@ def make_bundles(base: Path, n: int, seed: int) -> list[Path]:
     return out
 
 
-def inline_work(bundles: list[Path]) -> dict[str, float]:
-    """Seconds each attempt takes inline in a warm process (no Prefect, no warehouse)."""
+def inline_work(bundles: list[Path], warehouse: Path) -> dict[str, float]:
+    """Seconds each attempt takes inline in a warm process, published to a warehouse like the flow
+    does: the same work without Prefect."""
     from flows.inline import attribute_inline
     from flows.pipeline import Request
     from rules.pack import default_pack
 
     pack = default_pack()
-    attribute_inline(Request(bundle=str(bundles[0])), pack)   # warm
+    attribute_inline(Request(bundle=str(bundles[0]), warehouse=str(warehouse)), pack)   # warm
     out = {}
     for b in bundles:
         t = time.perf_counter()
-        attribute_inline(Request(bundle=str(b)), pack)
+        attribute_inline(Request(bundle=str(b), warehouse=str(warehouse)), pack)
         out[str(b)] = time.perf_counter() - t
     return out
 
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="worker-bench-"))
     base.mkdir(parents=True, exist_ok=True)
     bundles = make_bundles(base / "bundles", a.n, a.seed)
-    work = inline_work(bundles)
+    work = inline_work(bundles, base / "inline-warehouse.duckdb")
     cfg = base / "attribution.yaml"
     cfg.write_text(yaml.safe_dump({"warehouse": str(base / "warehouse.duckdb")}))
     stack = PrefectStack(base, cfg, worker_args=["--limit", str(a.limit), *(["--process"] if a.process else [])])
