@@ -71,7 +71,8 @@ def load_scope(bundle: Path) -> AttemptScope:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
-        raise BundleError(f"{spec}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+        raise BundleError(f"{spec}: not valid YAML{where}: "
+                          f"{str(getattr(exc, 'problem', None) or exc).splitlines()[0]}") from None
     if not isinstance(doc, dict):
         raise BundleError(f"{spec}: expected a mapping of fields, got {type(doc).__name__}")
     try:
@@ -90,17 +91,23 @@ def _node_of(path: Path) -> str:
     return path.stem
 
 
-def _text_files(bundle: Path, rel_dir: str, per_node: bool) -> tuple[list[TextFile], list[str]]:
+def _text_files(bundle: Path, rel_dir: str, per_node: bool) -> tuple[list[TextFile], list[str], list[str]]:
+    """(files to read, refused with the reason, entries not read): one level, never followed into
+    sub-directories (so a directory loop cannot trap the scan)."""
     base = bundle / rel_dir
-    files, refused = [], []
+    files, refused, not_read = [], [], []
     for p in sorted(base.iterdir()):
-        if p.name.startswith(".") or not p.is_file():
+        if p.name.startswith("."):
+            continue
+        if not p.is_file():
+            not_read.append(f"{rel_dir}/{p.name}/: a directory, not read" if p.is_dir()
+                            else f"{rel_dir}/{p.name}: not a regular file, not read")
             continue
         if not _inside(bundle, p):
             refused.append(f"{rel_dir}/{p.name}: symlink outside the bundle, not read")
             continue
         files.append(TextFile(path=p, ref=f"{rel_dir}/{p.name}", node=_node_of(p) if per_node else None))
-    return files, refused
+    return files, refused, not_read
 
 
 def _status(observations: int, unparsed: int, gaps: bool) -> CoverageStatus:
@@ -117,7 +124,7 @@ def collect_text(bundle: Path, scope: AttemptScope, source: str, staging: str, p
         return Collected(Coverage(source=source, connector=CONNECTOR, status=CoverageStatus.unavailable,
                                   error=f"{rel_dir}/ not in bundle"))
     per_node = source != "scheduler_log"
-    files, refused = _text_files(bundle, rel_dir, per_node)
+    files, refused, not_read = _text_files(bundle, rel_dir, per_node)
     con = connect(staging)
     try:
         stats = scan_files(con, files, source, CONNECTOR, prefilter)
@@ -129,7 +136,8 @@ def collect_text(bundle: Path, scope: AttemptScope, source: str, staging: str, p
         source=source, connector=CONNECTOR, status=_status(stats.lines, unparsed, bool(missing)),
         observations=stats.lines, nodes=sorted(stats.nodes), unparsed=unparsed, files=stats.files,
         details={"matched_lines": stats.hits, "lines_with_bad_bytes": stats.bad_lines,
-                 "long_lines": stats.long_lines, "missing_nodes": missing, "refused": refused},
+                 "long_lines": stats.long_lines, "missing_nodes": missing, "refused": refused,
+                 "not_read": not_read},
     )
     if missing and stats.lines:
         cov.error = f"no {source} for node(s): {', '.join(missing)}"
@@ -207,7 +215,7 @@ def collect_metrics(bundle: Path, scope: AttemptScope, staging: str) -> Collecte
     con = connect(staging)
     try:
         before = con.execute("SELECT count(*) FROM samples").fetchone()[0]
-        data_lines = 0
+        data_lines = duplicates = 0
         errors = []
         for p in files:
             try:
@@ -217,16 +225,21 @@ def collect_metrics(bundle: Path, scope: AttemptScope, staging: str) -> Collecte
             except Exception as exc:  # not UTF-8, or DuckDB cannot parse: report, keep going
                 errors.append(f"metrics/{p.name}: {str(exc).splitlines()[0]}")
                 continue
-            data_lines += con.execute("SELECT coalesce(max(n_data), 0) FROM prom_parsed").fetchone()[0]
+            n_data, dupes = con.execute(
+                "SELECT coalesce(max(n_data), 0), count(*) - count(DISTINCT (metric, label_text, time)) "
+                "FROM prom_parsed WHERE value IS NOT NULL AND time IS NOT NULL").fetchone()
+            data_lines += n_data
+            duplicates += dupes
         stored = con.execute("SELECT count(*) FROM samples").fetchone()[0] - before
         nodes = [r[0] for r in con.execute("SELECT DISTINCT node FROM samples WHERE node IS NOT NULL ORDER BY 1").fetchall()]
     finally:
         con.close()
-    unparsed = max(0, data_lines - stored) + len(errors)
+    unparsed = max(0, data_lines - stored - duplicates) + len(errors)
     status = CoverageStatus.error if errors and not stored else _status(stored, unparsed, False)
     return Collected(Coverage(source="metrics", connector=CONNECTOR, status=status, observations=stored,
                               nodes=nodes, unparsed=unparsed, files=len(files), error="; ".join(errors) or None,
-                              details={"samples_without_value_or_time": max(0, data_lines - stored)}))
+                              details={"samples_without_value_or_time": max(0, data_lines - stored - duplicates),
+                                       "duplicate_samples": duplicates}))
 
 
 def collect_topology(bundle: Path, scope: AttemptScope, staging: str) -> Collected:

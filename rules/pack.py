@@ -126,7 +126,7 @@ def load_rule(path: Path) -> Rule:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise RuleFileError(path, None, "yaml", f"not valid YAML{f' (line {mark.line + 1})' if mark else ''}: "
-                            f"{getattr(exc, 'problem', exc)}") from None
+                            f"{str(getattr(exc, 'problem', None) or exc).splitlines()[0]}") from None
     if not isinstance(doc, dict):
         raise RuleFileError(path, None, "rule", "a rule file is a mapping of fields")
     rule_id = doc.get("id") if isinstance(doc.get("id"), str) else None

@@ -32,7 +32,7 @@ from tests.services.fault_server import FaultServer
 NODES = ["gpu-a01", "gpu-a02"]
 START = datetime(2026, 11, 20, 10, 0, tzinfo=timezone.utc)
 END = datetime(2026, 11, 20, 10, 40, tzinfo=timezone.utc)
-TIMEOUT_S = 1.0
+TIMEOUT_S = 0.5
 ATTEMPTS = 1 + len(inline.RETRY_DELAYS_S)
 
 
