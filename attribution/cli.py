@@ -69,9 +69,11 @@ def cmd_diagnose(args) -> int:
         raise BadInput(str(exc).splitlines()[0]) from None
     warehouse = None if args.no_warehouse else cfg.warehouse
     try:
-        pack = load_pack(cfg.rules_dir) if cfg.rules_dir else default_pack()
+        pack = load_pack(cfg.rules_dir, skip_broken=True) if cfg.rules_dir else default_pack()
     except RuleFileError as exc:
         raise BadInput(str(exc)) from None
+    for broken in pack.broken:   # diagnosed without them; each diagnosis lists them as failed rules
+        print(f"attribution: warning: rule {broken['rule']} {broken['error']}", file=sys.stderr)
     settings = Settings(**cfg.rules.model_dump())
     live_args = dict(job_id=args.job, nodes=None, start=None, end=None)
     if args.job or args.nodes:

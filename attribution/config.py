@@ -37,6 +37,7 @@ class RuleSettings(BaseModel):
     default_collective_timeout_s: float = Field(600.0, gt=0, description="NCCL timeout assumed when none is printed")
     lookback_margin_s: float = Field(120.0, ge=0, description="extra look-back before the first cascade")
     burst_window_s: float = Field(300.0, ge=0, description="repeats of one symptom within this window are one burst")
+    rule_timeout_s: float = Field(60.0, gt=0, description="a rule running longer is interrupted and reported failed")
 
 
 # The connectors' own source models are the configuration schema (one definition each).

@@ -88,7 +88,7 @@ def attribute_attempt(bundle: str | None = None, cluster: str | None = None, job
 
     cfg = load_config()
     rules_dir = rules_dir or cfg.rules_dir
-    pack: Pack = load_pack(rules_dir) if rules_dir else default_pack()
+    pack: Pack = load_pack(rules_dir, skip_broken=True) if rules_dir else default_pack()
     if store and warehouse is None:
         warehouse = cfg.warehouse
     live = None

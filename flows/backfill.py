@@ -245,7 +245,7 @@ def prepare(cfg: Config, since: str | None, until: str | None, cluster: str | No
             force: bool, warehouse: str | None, rules_dir: str | None, discover_fn: Callable = discover) -> Prepared:
     since_t, until_t = _window(since, until, cfg)
     warehouse = warehouse or cfg.warehouse
-    pack = load_pack(rules_dir or cfg.rules_dir) if (rules_dir or cfg.rules_dir) else default_pack()
+    pack = load_pack(rules_dir or cfg.rules_dir, skip_broken=True) if (rules_dir or cfg.rules_dir) else default_pack()
     found, bad = discover_fn(cfg, since_t, until_t, cluster, bundles_dir or cfg.backfill.bundles_dir)
     p = plan(found, diagnosed_versions(warehouse, found), pack.version, force)
     p.unreadable += bad

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ class Settings:
     default_collective_timeout_s: float = 600.0
     lookback_margin_s: float = 120.0
     burst_window_s: float = 300.0
+    rule_timeout_s: float = 60.0
 
 
 @dataclass
@@ -190,6 +192,11 @@ def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
 
 def run_rule(con: duckdb.DuckDBPyConnection, rule: Rule, settings: Settings, result: RunResult) -> None:
     started = time.perf_counter()
+    # A runaway query is interrupted (DuckDB checks between vectors); a Python rule's own loops
+    # cannot be, only the SQL it runs.
+    timer = threading.Timer(settings.rule_timeout_s, con.interrupt)
+    timer.daemon = True
+    timer.start()
     try:
         con.execute("BEGIN TRANSACTION")
         try:
@@ -205,8 +212,12 @@ def run_rule(con: duckdb.DuckDBPyConnection, rule: Rule, settings: Settings, res
             con.execute("ROLLBACK")
         except duckdb.Error:
             pass
-        result.failed.append({"rule": rule.id, "error": str(exc).splitlines()[0][:300]})
+        timed_out = isinstance(exc, duckdb.InterruptException) or "INTERRUPT" in str(exc).upper()
+        error = (f"timed out after {settings.rule_timeout_s:g} s (interrupted)" if timed_out
+                 else str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+        result.failed.append({"rule": rule.id, "error": error})
     finally:
+        timer.cancel()
         result.timings_ms[rule.id] = round((time.perf_counter() - started) * 1000, 2)
 
 
@@ -218,7 +229,7 @@ def choose_verdict(con: duckdb.DuckDBPyConnection) -> None:
 def run_phases(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings | None = None,
                prepared: bool = False) -> RunResult:
     settings = settings or Settings()
-    result = RunResult()
+    result = RunResult(failed=list(pack.broken))
     if not prepared:
         prepare(con, pack, settings)
     for rule in pack.by_phase("extract"):

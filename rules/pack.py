@@ -96,6 +96,8 @@ class Rule(Strict):
 class Pack(BaseModel):
     version: str
     rules: list[Rule]
+    broken: list[dict[str, str]] = Field(default_factory=list,
+                                         description="rule files left out (load_pack(skip_broken=True)): rule, error")
 
     @property
     def symptom_defs(self) -> dict[str, tuple[str, SymptomDef]]:
@@ -150,17 +152,28 @@ def pack_version(rules_dir: Path, files: list[Path]) -> str:
     return f"{meta.get('version', '0')}+{digest.hexdigest()[:10]}"
 
 
-def load_pack(rules_dir: Path | None = None) -> Pack:
-    """Load and validate every rule file; the first broken file raises RuleFileError."""
+def load_pack(rules_dir: Path | None = None, skip_broken: bool = False) -> Pack:
+    """Load and validate every rule file. The first broken file raises RuleFileError, or, with
+    `skip_broken` (diagnosing: one bad file must not stop every diagnosis), is left out and listed
+    in `pack.broken` by rule id (the file's name when the id cannot be read), so each diagnosis
+    says which rules did not run. The pack version covers every file, broken ones included."""
     rules_dir = Path(rules_dir or RULES_DIR)
     files = sorted(p for phase in PHASES for p in (rules_dir / phase).glob("*.yaml"))
-    rules = [load_rule(p) for p in files]
+    rules, broken = [], []
     seen: dict[str, str] = {}
-    for r in rules:
-        if r.id in seen:
-            raise RuleFileError(r.path, r.id, "id", f"duplicate of the rule in {seen[r.id]}")
+    for p in files:
+        try:
+            r = load_rule(p)
+            if r.id in seen:
+                raise RuleFileError(r.path, r.id, "id", f"duplicate of the rule in {seen[r.id]}")
+        except RuleFileError as exc:
+            if not skip_broken:
+                raise
+            broken.append({"rule": exc.rule or p.stem, "error": f"not loaded: {exc}"})
+            continue
         seen[r.id] = r.path
-    return Pack(version=pack_version(rules_dir, files), rules=rules)
+        rules.append(r)
+    return Pack(version=pack_version(rules_dir, files), rules=rules, broken=broken)
 
 
 def validate_pack(rules_dir: Path | None = None) -> tuple[Pack | None, list[RuleFileError]]:

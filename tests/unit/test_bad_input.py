@@ -221,3 +221,53 @@ def test_unreadable_file_is_an_error_not_a_crash(bundle, capsys):
     code, d, _ = run(capsys, bundle)
     assert code == 0
     assert coverage(d, "syslog")["status"] in ("error", "partial")
+
+
+# ---- rules ---------------------------------------------------------------------------------------
+
+def _rules_copy(tmp_path: Path) -> Path:
+    from rules.pack import RULES_DIR
+
+    copy = tmp_path / "rules"
+    shutil.copytree(RULES_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+SLOW_RULE = """id: slow-verdict
+version: 1
+phase: final
+description: a verdict rule whose query never finishes in time
+output: verdicts
+sql: |
+  SELECT 'unknown' AS terminal_state, 'hang' AS sub_domain, 1 AS priority
+  FROM (SELECT sum(hash(i)) AS s FROM range(100000000000) t(i)) WHERE s = 0
+tests:
+  - name: t
+"""
+BAD_SQL_RULE = SLOW_RULE.replace("slow-verdict", "missing-table-verdict").replace(
+    "FROM (SELECT sum(hash(i)) AS s FROM range(100000000000) t(i)) WHERE s = 0", "FROM no_such_table")
+
+
+@pytest.mark.parametrize("break_it,rule,words", [
+    (lambda d: (d / "final" / "verdict-fallback.yaml").write_text("id: [verdict-fallback\n"), "verdict-fallback", ["not loaded", "YAML"]),
+    (lambda d: (d / "early" / "xid-meta.yaml").write_text((d / "early" / "xid-meta.yaml").read_text().replace("phase: early", "phase: middle")),
+     "xid-meta-links", ["not loaded", "phase"]),
+    (lambda d: (d / "final" / "missing-table-verdict.yaml").write_text(BAD_SQL_RULE), "missing-table-verdict", ["no_such_table"]),
+    (lambda d: (d / "final" / "slow-verdict.yaml").write_text(SLOW_RULE), "slow-verdict", ["timed out after 1 s"]),
+])
+def test_a_broken_rule_is_reported_by_id_and_the_rest_of_the_pack_runs(bundle, tmp_path, capsys, monkeypatch,
+                                                                       break_it, rule, words):
+    rules = _rules_copy(tmp_path)
+    break_it(rules)
+    monkeypatch.setenv("ATTRIBUTION_RULES__RULE_TIMEOUT_S", "1")
+    started = time.monotonic()
+    code, d, err = run(capsys, "--rules-dir", rules, bundle)
+    assert code == 0 and time.monotonic() - started < 30
+    failed = {f["rule"]: f["error"] for f in d["rules"]["failed"]}
+    assert list(failed) == [rule], failed
+    for w in words:
+        assert w in failed[rule], failed
+    assert d["terminal_state"] == "hardware_failure" and d["root_cause"]["node"] == HOST   # the rest ran
+    assert len(d["rules"]["fired"]) > 5
+    if "not loaded" in words:
+        assert f"warning: rule {rule}" in err
