@@ -15,6 +15,13 @@ class TransientSourceError(Exception):
 MAX_BODY_BYTES = 512 * 1024 * 1024
 
 
+def escape_double_quoted(value: str) -> str:
+    """A value for the inside of a double-quoted PromQL or LogQL string (Go escapes): backslash and
+    quote escaped, every control character as \\u00XX, so no value can end the string or the line."""
+    out = value.replace("\\", "\\\\").replace('"', '\\"')
+    return "".join(f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in out)
+
+
 def http_get(client, path: str, what: str, params: dict | None = None, max_retry_after_s: int = 30,
              max_bytes: int = MAX_BODY_BYTES):
     """GET with the failure policy every HTTP connector shares: a timeout or transport error, 429 and

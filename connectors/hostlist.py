@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 import re
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
+MAX_HOSTS = 1_000_000   # more than any cluster; a bracket product past it is a malformed (or hostile) list
 
 
 class HostlistError(ValueError):
@@ -55,6 +56,11 @@ def expand_hostlist(expr: str | None) -> list[str]:
     for part in _split_top(expr.strip()):
         pieces = re.split(r"(\[[^\]]*\])", part)
         choices = [_expand_ranges(p[1:-1], expr) if p.startswith("[") else [p] for p in pieces if p != ""]
+        n = 1
+        for c in choices:
+            n *= len(c)
+        if n + len(hosts) > MAX_HOSTS:
+            raise HostlistError(f"too many hosts (over {MAX_HOSTS:,}) in hostlist {expr[:80]!r}")
         hosts.extend("".join(c) for c in itertools.product(*choices))
     seen: set[str] = set()
     return [h for h in hosts if not (h in seen or seen.add(h))]

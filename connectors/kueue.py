@@ -9,6 +9,7 @@ bundle's scheduler/*.json files, so rules see identical records whichever way th
 from __future__ import annotations
 
 import os
+import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -48,6 +49,17 @@ class KueueError(ValueError):
 
 class NotFound(KueueError):
     """The API server answered 404: it has no such object (an empty answer, not a failure)."""
+
+
+# RFC 1123 subdomain: what Kubernetes accepts as a namespace or object name; anything else never
+# reaches a URL path or a selector.
+_K8S_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def _name_ok(kind: str, value: str) -> str:
+    if not isinstance(value, str) or not _K8S_NAME.fullmatch(value):
+        raise KueueError(f"not a Kubernetes name ({kind}): {value!r}")
+    return value
 
 
 def _client(src: KueueSource, transport: httpx.BaseTransport | None) -> httpx.Client:
@@ -97,17 +109,20 @@ def _ts(value: str | None) -> datetime | None:
 
 def fetch(src: KueueSource, workload: str, transport: httpx.BaseTransport | None = None) -> dict[str, Any]:
     """The Workload, its pods, their nodes and its events, as Kubernetes returns them."""
+    ns, workload = _name_ok("namespace", src.namespace), _name_ok("workload", workload)
     with _client(src, transport) as client:
-        ns = src.namespace
         wl = _get(client, f"{KUEUE_API}/namespaces/{ns}/workloads/{workload}")
         owners = (wl.get("metadata") or {}).get("ownerReferences") or [{}]
-        selector = src.pod_selector.format(workload=workload, owner=owners[0].get("name", workload))
+        owner = owners[0].get("name") if _K8S_NAME.fullmatch(str(owners[0].get("name"))) else workload
+        selector = src.pod_selector.format(workload=workload, owner=owner)
         pods = _get(client, f"/api/v1/namespaces/{ns}/pods", {"labelSelector": selector})
         events = _get(client, f"/api/v1/namespaces/{ns}/events",
                       {"fieldSelector": f"involvedObject.kind=Workload,involvedObject.name={workload}"})
         names = sorted({(p.get("spec") or {}).get("nodeName") for p in pods.get("items", [])} - {None})
         nodes = {"apiVersion": "v1", "kind": "List", "items": []}
         for n in names:
+            if not _K8S_NAME.fullmatch(n):
+                continue   # not a name Kubernetes could hold: never put into a URL
             try:
                 nodes["items"].append(_get(client, f"/api/v1/nodes/{n}"))
             except KueueError:
@@ -182,6 +197,7 @@ def discover_failed(src: KueueSource, start: datetime, end: datetime,
     """Workloads of the namespace whose attempt ended badly inside [start, end), following the
     list's `continue` tokens (bounded: a server that never stops paging is an error)."""
     out, token, seen = [], None, set()
+    _name_ok("namespace", src.namespace)
     with _client(src, transport) as client:
         for _ in range(src.max_pages):
             params = {"limit": page_size, **({"continue": token} if token else {})}

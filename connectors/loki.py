@@ -19,7 +19,7 @@ from typing import Literal, TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus
-from connectors import http_get
+from connectors import escape_double_quoted, http_get
 from connectors.staging import MAX_TEXT, connect
 
 if TYPE_CHECKING:   # at run time httpx is imported where a request is made: the offline path never pays for it
@@ -46,7 +46,7 @@ class LokiSource(BaseModel):
 
 def logql_string(value: str) -> str:
     """A value inside a LogQL double-quoted string."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return escape_double_quoted(value)
 
 
 def render_selector(selector: str, hosts: list[str]) -> str:

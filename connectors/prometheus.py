@@ -20,7 +20,7 @@ from typing import Literal, TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from attribution.models import AttemptScope, Coverage, CoverageStatus, Observation
-from connectors import http_get
+from connectors import escape_double_quoted, http_get
 from connectors.staging import connect, insert_observations
 
 if TYPE_CHECKING:   # at run time httpx is imported where a request is made: the offline path never pays for it
@@ -53,8 +53,7 @@ class PrometheusSource(BaseModel):
 def promql_regex_string(values: list[str]) -> str:
     """Hosts as a regex alternation inside a PromQL double-quoted string: regex-escaped, then
     string-escaped, so no host name can break out of the matcher."""
-    alternation = "|".join(re.escape(v) for v in values)
-    return alternation.replace("\\", "\\\\").replace('"', '\\"')
+    return escape_double_quoted("|".join(re.escape(v) for v in values))
 
 
 def render_query(expr: str, hosts: list[str]) -> str:

@@ -51,7 +51,7 @@ class SlurmSource(BaseModel):
 
 
 def _job_id_ok(job_id: str) -> str:
-    if not re.fullmatch(r"\d+(?:_\d+)?(?:\+\d+)?", str(job_id)):
+    if not re.fullmatch(r"[0-9]+(?:_[0-9]+)?(?:\+[0-9]+)?", str(job_id)):   # ASCII digits only
         raise SlurmError(f"not a Slurm job id: {job_id!r}")
     return str(job_id)
 
