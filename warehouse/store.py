@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 import threading
@@ -123,11 +124,13 @@ def migrations() -> list[tuple[int, Path]]:
 
 
 class Warehouse:
-    def __init__(self, path: str | Path, lock_wait_s: float = LOCK_WAIT_S):
+    def __init__(self, path: str | Path, lock_wait_s: float | None = None):
         self.url = str(path)
         self.lake = parse_lake(self.url)
         self.path = None if self.lake else Path(path)
-        self.lock_wait_s = lock_wait_s
+        # how long a writer waits for a lock held by someone else (an analyst's session) before failing
+        self.lock_wait_s = lock_wait_s if lock_wait_s is not None else float(
+            os.environ.get("ATTRIBUTION_WAREHOUSE_LOCK_WAIT_S", LOCK_WAIT_S))
 
     def __str__(self) -> str:
         return self.url.split("?")[0] if self.lake else str(self.path)
@@ -151,7 +154,13 @@ class Warehouse:
             return []
         try:
             with self.connect(read_only=True) as con:
-                return con.execute(sql, args or []).fetchall()
+                try:
+                    return con.execute(sql, args or []).fetchall()
+                except duckdb.CatalogException:
+                    if not self.lake and not con.execute(
+                            "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_version'").fetchone()[0]:
+                        return []   # a file no writer has initialised yet (created empty by someone else)
+                    raise
         except duckdb.InvalidInputException as exc:
             if self.lake and _no_lake_yet(exc):
                 return []
