@@ -67,6 +67,8 @@ class ServiceConfig(BaseModel):
     replay_window_s: float = Field(300.0, gt=0, description="signed timestamps older/newer than this are refused")
     max_body_bytes: int = Field(65536, gt=0)
     diagnose_completed: bool = Field(False, description="also diagnose attempts that completed successfully")
+    answer_within_s: float = Field(1.0, gt=0, description="answer a trigger within this; a run Prefect has not "
+                                                           "created by then is answered 'queued' and created after")
 
 
 class BackfillConfig(BaseModel):

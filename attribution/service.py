@@ -101,7 +101,7 @@ class AttemptRequest(Strict):
 
 
 class Accepted(BaseModel):
-    status: Literal["accepted", "recorded"]
+    status: Literal["accepted", "queued", "recorded"]
     idempotency_key: str
     flow_run_id: str | None = None
     duplicate: bool = False
@@ -188,11 +188,41 @@ class Trigger:
         self.memory: OrderedDict[str, str] = OrderedDict()
         self.locks: dict[str, asyncio.Lock] = {}
         self.memory_size = memory
+        # One client and the deployment's id for the service's life: a trigger is then one API call
+        # (create the run), not a new client + a deployment lookup + the call (run_deployment).
+        self._client = None
+        self._deployment_id = None
+        self._setup = asyncio.Lock()
+        # A storm of webhooks must not become a storm of concurrent writes on the Prefect server
+        # (with SQLite it answers "database is locked"): a few creates at a time, a busy answer retried.
+        self._gate = asyncio.Semaphore(1)
+
+    async def _connected(self):
+        async with self._setup:
+            if self._client is None:
+                from prefect.client.orchestration import get_client
+
+                client = get_client()
+                await client.__aenter__()
+                try:
+                    self._deployment_id = (await client.read_deployment_by_name(self.deployment)).id
+                except BaseException:
+                    await client.__aexit__(None, None, None)
+                    raise
+                self._client = client
+            return self._client, self._deployment_id
+
+    async def _reset(self) -> None:
+        async with self._setup:
+            client, self._client = self._client, None
+            if client is not None:
+                try:
+                    await client.__aexit__(None, None, None)
+                except Exception:
+                    pass
 
     async def start(self, key: str, parameters: dict[str, Any], tags: list[str]) -> tuple[str, bool]:
         """(flow run id, whether the run existed already)."""
-        from prefect.deployments import run_deployment
-
         if len(self.locks) > 10_000:
             self.locks = {k: v for k, v in self.locks.items() if v.locked()}
         async with self.locks.setdefault(key, asyncio.Lock()):
@@ -200,8 +230,23 @@ class Trigger:
                 self.memory.move_to_end(key)
                 return self.memory[key], True
             asked = datetime.now(timezone.utc)
-            run = await run_deployment(self.deployment, parameters=parameters, timeout=0, idempotency_key=key,
-                                       tags=tags, as_subflow=False, flow_run_name=key.replace(":", "-")[:200])
+            client, deployment_id = await self._connected()
+            for delay in (0.2, 0.5, 1.0, 2.0, None):
+                try:
+                    async with self._gate:
+                        t0 = time.perf_counter()
+                        run = await client.create_flow_run_from_deployment(
+                            deployment_id, parameters=parameters, idempotency_key=key, tags=tags,
+                            name=key.replace(":", "-")[:200])
+                        log.info("flow run %s for %s created in %.3f s", run.id, key, time.perf_counter() - t0)
+                    break
+                except Exception as exc:
+                    busy = getattr(getattr(exc, "response", None), "status_code", None) in (429, 503)
+                    if busy and delay is not None:   # the server is busy, not gone: the same key is safe to repeat
+                        await asyncio.sleep(delay)
+                        continue
+                    await self._reset()   # the server restarted or the deployment was re-applied: reconnect next time
+                    raise
             # Prefect answers a known key with the existing run: one created before we asked is a repeat
             duplicate = run.created is not None and (asked - run.created).total_seconds() > 1.0
             self.memory[key] = str(run.id)
@@ -278,9 +323,33 @@ def create_app(cfg: Config, trigger: Trigger | None = None) -> FastAPI:
         if cfg.clusters and name not in cfg.clusters:
             raise HTTPException(422, [{"field": "cluster", "error": f"cluster {name!r} is not configured"}])
 
+    in_flight: set[asyncio.Task] = set()   # creations still running after their caller was answered
+
+    def finished_late(task: asyncio.Task, source: str, key: str) -> None:
+        in_flight.discard(task)
+        if task.cancelled() or task.exception() is not None:
+            trigger_failures.inc()
+            triggers.labels(source, "error").inc()
+            log.error("could not start %s for %s after answering 'queued': %s (the next backfill will find the attempt)",
+                      svc.deployment, key, task.exception() if not task.cancelled() else "cancelled")
+        else:
+            triggers.labels(source, "started_late").inc()
+            if not task.result()[1]:
+                runs_started.labels(source).inc()
+
     async def start(source: str, key: str, params: dict[str, Any]) -> JSONResponse:
+        # Prefect answers slowly when it is busy (a storm, its database contended): the caller gets
+        # an answer within answer_within_s either way, and the run is still created.
+        task = asyncio.ensure_future(trigger.start(key, params, tags=[f"trigger:{source}",
+                                                                      f"cluster:{params.get('cluster')}"]))
+        done, _ = await asyncio.wait({task}, timeout=svc.answer_within_s)
+        if not done:
+            in_flight.add(task)
+            task.add_done_callback(lambda t: finished_late(t, source, key))
+            triggers.labels(source, "queued").inc()
+            return JSONResponse(Accepted(status="queued", idempotency_key=key).model_dump(), status_code=202)
         try:
-            run_id, duplicate = await trigger.start(key, params, tags=[f"trigger:{source}", f"cluster:{params.get('cluster')}"])
+            run_id, duplicate = task.result()
         except Exception as exc:
             trigger_failures.inc()
             triggers.labels(source, "error").inc()

@@ -53,6 +53,7 @@ def stack(tmp_path_factory, kube, request):
         slurm = None
     files = lambda bundle, src: {"connector": "files", "path": str(bundle / "logs" / src / "{host}.log")}  # noqa: E731
     cfg = {"warehouse": str(base / "warehouse.duckdb"),
+           "service": {"answer_within_s": 15},   # CI machines are slow: answers here carry the flow run id
            "clusters": {
                "lab": {"scheduler": "static", "timezone": "Europe/Berlin",
                        "sources": {s: files(WORKED, s) for s in ("app", "syslog", "fabricmanager")}},
@@ -237,3 +238,22 @@ def test_nightly_backfill_deployment_mixes_done_stale_and_new(stack, tmp_path):
     log = stack.log("worker")
     assert f"{len(picks)} found, 1 already diagnosed" in log
     assert "(rules changed)" in log
+
+
+def test_webhook_storm_each_valid_attempt_diagnosed_once(stack, kube):
+    """The storm of tests/bench/webhook_burst.py, small: 30 calls, 30 % duplicates, invalid ones."""
+    from tests.bench.webhook_burst import check, fire, plan, runs_per_key
+
+    storm = plan(30, kube, "k8s", "team-a", invalid_share=0.1, seed=11)
+    asyncio.run(fire(stack.url, SECRET, storm, concurrency=20))
+    deadline = time.monotonic() + 300
+    while True:
+        items = [i for i in httpx.get(f"{stack.url}/v1/diagnoses", params={"cluster": "k8s", "limit": 1000},
+                                      headers=AUTH, timeout=30).json()["items"] if i["job_id"].startswith("burst-")]
+        if len(items) >= len(storm.unique) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    runs = runs_per_key(stack)
+    assert check(storm, items, runs) == []
+    refused = [doc for kind, code, _, doc in storm.answers if kind == "invalid"]
+    assert len(refused) == 3 and all(d["detail"][0]["field"] for d in refused), refused

@@ -104,6 +104,25 @@ class KubeStandIn:
         for n in json.loads((scheduler_dir / "nodes.json").read_text())["items"]:
             self.nodes[n["metadata"]["name"]] = n
 
+    def clone_workload(self, name: str, new_name: str) -> dict:
+        """Another Workload like `name` (its pods and events too), for tests that need many attempts."""
+        import copy
+
+        wl = copy.deepcopy(self.workloads[name])
+        wl["metadata"]["name"] = new_name
+        self.workloads[new_name] = wl
+        label = "kueue.x-k8s.io/workload-name"
+        for p in [p for p in self.pods if (p.get("metadata") or {}).get("labels", {}).get(label) == name]:
+            q = copy.deepcopy(p)
+            q["metadata"]["labels"][label] = new_name
+            q["metadata"]["name"] = f"{new_name}-{p['metadata'].get('name', 'pod')}"
+            self.pods.append(q)
+        for e in [e for e in self.events if (e.get("involvedObject") or {}).get("name") == name]:
+            f = copy.deepcopy(e)
+            f["involvedObject"]["name"] = new_name
+            self.events.append(f)
+        return wl
+
     def start(self) -> "KubeStandIn":
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self

@@ -243,3 +243,41 @@ def test_dashboard_needs_the_token_and_escapes_what_it_shows(env):
     client.cookies.clear()
     assert client.get("/ui", follow_redirects=False).status_code == 303
     assert client.get("/ui", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+
+
+class SlowPrefect:
+    """Prefect answering after `delay` (busy), or failing after it."""
+
+    def __init__(self, delay: float, fail: bool = False):
+        self.delay, self.fail, self.created = delay, fail, []
+
+    async def start(self, key, parameters, tags):
+        import asyncio
+        await asyncio.sleep(self.delay)
+        if self.fail:
+            raise RuntimeError("database is locked")
+        self.created.append(key)
+        return f"run-{len(self.created)}", False
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_busy_orchestrator_gets_the_caller_an_answer_in_time_and_the_run_still_made(monkeypatch, tmp_path, fail):
+    monkeypatch.setenv("ATTRIBUTION_API_TOKEN", TOKEN)
+    monkeypatch.setenv("ATTRIBUTION_WEBHOOK_SECRET", SECRET)
+    cfg = Config(warehouse=str(tmp_path / "w.duckdb"), clusters={"eos": {"scheduler": "slurm"}},
+                 service={"answer_within_s": 0.2})
+    slow = SlowPrefect(0.6, fail=fail)
+    with TestClient(create_app(cfg, slow)) as client:
+        started = time.monotonic()
+        r = post_slurm(client, FAILED)
+        assert time.monotonic() - started < 0.5
+        assert r.status_code == 202 and r.json()["status"] == "queued" and r.json()["flow_run_id"] is None
+        assert r.json()["idempotency_key"] == "eos:slurm:4191701:0"
+        time.sleep(1.0)   # the creation goes on after the answer
+        metrics = client.get("/metrics").text
+    if fail:
+        assert slow.created == [] and "attribution_trigger_failures_total 1.0" in metrics
+    else:
+        assert slow.created == ["eos:slurm:4191701:0"]
+        assert 'attribution_triggers_total{outcome="started_late",source="slurm"} 1.0' in metrics
+        assert 'attribution_flow_runs_started_total{source="slurm"} 1.0' in metrics
