@@ -56,6 +56,9 @@ def sacct_observations(doc: Any, job_id: str, path: str, connector: str = "bundl
     if not jobs:
         found = sorted({str(j.get("job_id")) for j in doc["jobs"] if isinstance(j, dict)})[:5]
         raise RecordError(f"sacct document holds job(s) {found}, not job {job_id}")
+    # Job ids are reused (the id space wraps; a controller that lost its state starts again): of
+    # several records under one id, the attempt is the latest submitted, and the others are not its evidence.
+    jobs = [latest_record(jobs)]
     obs: list[Observation] = []
     facts: dict[str, Any] = {"slurm_release": release}
     for job in jobs:
@@ -89,6 +92,17 @@ def sacct_observations(doc: Any, job_id: str, path: str, connector: str = "bundl
                 text=f"step {attrs['job_id']}.{sattrs['step_id']} ({sattrs['name']}) state={sattrs['state']}",
                 path=path, attrs=sattrs))
     return obs, facts
+
+
+def latest_record(jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    def submitted(j: dict[str, Any]) -> float:
+        t = j.get("time") or {}
+        for key in ("submission", "eligible", "start"):
+            when = _epoch(t.get(key))
+            if when:
+                return when.timestamp()
+        return 0.0
+    return max(jobs, key=submitted)
 
 
 def _items(doc: Any, what: str) -> list[dict[str, Any]]:

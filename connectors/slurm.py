@@ -156,11 +156,21 @@ def scope_job(src: SlurmSource, cluster: str, job_id: str, transport: httpx.Base
     doc, exit_code = job_document(src, job_id, transport)
     if isinstance(doc, dict) and not [j for j in doc.get("jobs") or [] if str(j.get("job_id")) == str(job_id)]:
         raise NotYetRecorded(f"job {job_id} is not in Slurm accounting (yet)")
-    job_rec = next(j for j in doc["jobs"] if str(j.get("job_id")) == str(job_id))
+    job_rec = sr.latest_record([j for j in doc["jobs"] if str(j.get("job_id")) == str(job_id)])
     if require_ended and sr._state(job_rec.get("state")).split()[0] in ("RUNNING", "PENDING", "COMPLETING", "REQUEUED"):
         raise NotYetRecorded(f"job {job_id} has not ended in Slurm accounting yet "
                              f"(state {sr._state(job_rec.get('state'))})")
     obs, facts = sr.sacct_observations(doc, job_id, "slurm", CONNECTOR)
+    # Right after a job ends, its accounting record can list only the nodes still completing while
+    # its steps' records name the whole allocation (seen with Slurm 22.05 a second after the end):
+    # a completion trigger waits for the record to settle; the steps' nodes belong to the attempt anyway.
+    step_nodes = sorted({n for o in obs if o.kind == "sacct_step" for n in o.attrs.get("nodes") or []})
+    outside = sorted(set(step_nodes) - set(facts.get("nodes") or []))
+    if outside and require_ended:
+        raise NotYetRecorded(f"job {job_id}: accounting lists nodes {facts.get('nodes')} but its steps ran on "
+                             f"{outside} too (record not settled yet)")
+    if outside:
+        facts["nodes"] = sorted(set(facts.get("nodes") or []) | set(outside))
     if not facts.get("nodes"):
         raise SlurmError(f"job {job_id} never ran on a node (state {facts.get('state')})")
     job = next(o for o in obs if o.kind == "sacct_job").attrs

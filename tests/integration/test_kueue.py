@@ -89,7 +89,7 @@ def test_wrong_token_is_an_error_not_a_crash(api, monkeypatch):
         missing = scope.model_copy(update={"job_id": "no-such-workload"})
         monkeypatch.setenv("KUBE_TOKEN", "s3cret")
         cov = collect(_src(api), missing, staging)
-        assert cov.status == CoverageStatus.error and "not found" in cov.error
+        assert cov.status == CoverageStatus.empty and "not found" in cov.error   # the workload is gone: nothing to read
         api.fail_next.append((503, "{}"))
         with pytest.raises(TransientSourceError):
             collect(_src(api), scope, staging)

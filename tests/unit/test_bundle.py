@@ -64,6 +64,31 @@ def test_sacct_of_another_job_is_refused(bundle):
     assert "not job 4191701" in got.coverage.error
 
 
+def test_a_reused_job_id_takes_the_latest_record_only(bundle):
+    """Job ids wrap and restart: an older job under the same id is not this attempt's evidence."""
+    path = bundle / "scheduler" / "sacct.json"
+    doc = json.loads(path.read_text())
+    old = json.loads(json.dumps(doc["jobs"][0]))
+    old["nodes"], old["name"] = "gb-r01-n01", "someone-elses-job"
+    for key in ("submission", "eligible", "start", "end"):
+        if isinstance(old.get("time", {}).get(key), int):
+            old["time"][key] -= 400 * 86400
+    doc["jobs"] = [doc["jobs"][0], old]
+    path.write_text(json.dumps(doc))
+    got, _ = _collect(bundle, "sacct")
+    assert got.coverage.status == CoverageStatus.ok
+    scope = load_scope(bundle)
+    staging = create_staging(scope)
+    try:
+        collect(bundle, scope, "sacct", staging, [])
+        con = connect(staging)
+        texts = [r[0] for r in con.execute("SELECT text FROM records WHERE kind = 'sacct_job'").fetchall()]
+        con.close()
+    finally:
+        release_staging(staging)
+    assert len(texts) == 1 and "gb-r01-n01" not in texts[0]
+
+
 def test_bad_bytes_nul_crlf_and_long_lines_survive_and_are_counted(bundle):
     log = bundle / "logs" / "syslog" / "gb-r12-n04.log"
     data = log.read_bytes()
