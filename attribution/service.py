@@ -158,12 +158,17 @@ async def read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared and (not declared.isdigit() or int(declared) > limit):
         raise HTTPException(413, f"body larger than {limit} bytes")
+    from starlette.requests import ClientDisconnect
+
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(413, f"body larger than {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise HTTPException(413, f"body larger than {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:   # the sender gave up mid-body: nothing to act on, no one to answer
+        raise HTTPException(400, "client disconnected before sending the whole body") from None
     return b"".join(chunks)
 
 

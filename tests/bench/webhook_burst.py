@@ -39,6 +39,7 @@ class Storm:
     bodies: list[tuple[str, bytes]]              # (kind: valid / duplicate / invalid, body)
     unique: list[str]                            # workload names that must each be diagnosed once
     answers: list[tuple[str, int, float, dict]] = field(default_factory=list)   # kind, status, seconds, json
+    resent: int = 0                              # calls re-sent after a dropped connection
 
 
 def plan(n: int, kube, cluster: str, namespace: str, dup_share: float = 0.3, invalid_share: float = 0.05,
@@ -85,8 +86,15 @@ async def fire(url: str, secret: str, storm: Storm, concurrency: int) -> list[fl
         async def one(kind: str, body: bytes):
             async with gate:
                 t = time.perf_counter()
-                r = await client.post(f"{url}/v1/webhooks/kubernetes", content=body,
-                                      headers={**sign(secret, body), "Content-Type": "application/json"})
+                for attempt in range(3):   # as a real sender (deployments/*) does: a dropped connection is re-sent
+                    try:
+                        r = await client.post(f"{url}/v1/webhooks/kubernetes", content=body,
+                                              headers={**sign(secret, body), "Content-Type": "application/json"})
+                        break
+                    except httpx.TransportError:
+                        storm.resent += 1
+                        if attempt == 2:
+                            raise
                 storm.answers.append((kind, r.status_code, time.perf_counter() - t, r.json()))
         prober = asyncio.ensure_future(probe())
         await asyncio.gather(*[one(k, b) for k, b in storm.bodies])
@@ -194,6 +202,17 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         probes = asyncio.run(fire(stack.url, SECRET, storm, a.concurrency))
         answered = time.monotonic() - t0
+        lat = [s for _, _, s, _ in storm.answers]
+        outcomes = Counter(f"{code} {doc.get('status') or 'refused'}" for _, code, _, doc in storm.answers)
+        print(f"{a.n} webhook calls ({len(storm.unique)} unique attempts, "
+              f"{sum(1 for k, *_ in storm.bodies if k == 'duplicate')} duplicates, "
+              f"{sum(1 for k, *_ in storm.bodies if k == 'invalid')} invalid), {a.concurrency} in flight")
+        print(f"  answers: {dict(outcomes)}; all answered in {answered:.1f} s; re-sent after a dropped "
+              f"connection: {storm.resent}")
+        print(f"  webhook answer: p50 {pct(lat, .5) * 1000:.0f} ms, p99 {pct(lat, .99) * 1000:.0f} ms, "
+              f"max {max(lat) * 1000:.0f} ms")
+        print(f"  /healthz during the storm: p50 {pct(probes, .5) * 1000:.0f} ms, p99 {pct(probes, .99) * 1000:.0f} ms "
+              f"({len(probes)} probes)", flush=True)
         items = wait_all_diagnosed(stack.url, TOKEN, "k8s", len(storm.unique), timeout_s=60 + 10 * len(storm.unique))
         done = time.monotonic() - t0
         health = httpx.get(f"{stack.url}/healthz", timeout=10).status_code
@@ -201,16 +220,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stack.stop()
         kube.stop()
-    lat = [s for _, _, s, _ in storm.answers]
-    print(f"{a.n} webhook calls ({len(storm.unique)} unique attempts, "
-          f"{sum(1 for k, *_ in storm.bodies if k == 'duplicate')} duplicates, "
-          f"{sum(1 for k, *_ in storm.bodies if k == 'invalid')} invalid), {a.concurrency} in flight")
-    outcomes = Counter(f"{code} {doc.get('status') or 'refused'}" for _, code, _, doc in storm.answers)
-    print(f"  answers: {dict(outcomes)}; all answered in {answered:.1f} s")
-    print(f"  webhook answer: p50 {pct(lat, .5) * 1000:.0f} ms, p99 {pct(lat, .99) * 1000:.0f} ms, "
-          f"max {max(lat) * 1000:.0f} ms")
-    print(f"  /healthz during the storm: p50 {pct(probes, .5) * 1000:.0f} ms, p99 {pct(probes, .99) * 1000:.0f} ms "
-          f"({len(probes)} probes)")
     print(f"  diagnoses: {len(items)} in {done:.1f} s after the first call "
           f"({len(storm.unique) / done * 3600:,.0f} attempts/hour); /healthz after: {health}")
     problems = check(storm, items, runs)
