@@ -199,7 +199,7 @@ class Trigger:
         self._deployment_id = None
         self._setup = asyncio.Lock()
         # A storm of webhooks must not become a storm of concurrent writes on the Prefect server
-        # (with SQLite it answers "database is locked"): a few creates at a time, a busy answer retried.
+        # (with SQLite it answers "database is locked"): one create at a time, a busy answer retried.
         self._gate = asyncio.Semaphore(1)
 
     async def _connected(self):
@@ -330,13 +330,16 @@ def create_app(cfg: Config, trigger: Trigger | None = None) -> FastAPI:
 
     in_flight: set[asyncio.Task] = set()   # creations still running after their caller was answered
 
+    def failed(source: str, key: str, why: str) -> None:
+        trigger_failures.inc()
+        triggers.labels(source, "error").inc()
+        log.error("could not start %s for %s: %s", svc.deployment, key, why)
+
     def finished_late(task: asyncio.Task, source: str, key: str) -> None:
         in_flight.discard(task)
         if task.cancelled() or task.exception() is not None:
-            trigger_failures.inc()
-            triggers.labels(source, "error").inc()
-            log.error("could not start %s for %s after answering 'queued': %s (the next backfill will find the attempt)",
-                      svc.deployment, key, task.exception() if not task.cancelled() else "cancelled")
+            failed(source, key, f"{task.exception() if not task.cancelled() else 'cancelled'} (after answering "
+                                "'queued'; the next backfill will find the attempt)")
         else:
             triggers.labels(source, "started_late").inc()
             if not task.result()[1]:
@@ -356,9 +359,7 @@ def create_app(cfg: Config, trigger: Trigger | None = None) -> FastAPI:
         try:
             run_id, duplicate = task.result()
         except Exception as exc:
-            trigger_failures.inc()
-            triggers.labels(source, "error").inc()
-            log.error("could not start %s for %s: %s: %s", svc.deployment, key, type(exc).__name__, exc)
+            failed(source, key, f"{type(exc).__name__}: {exc}")
             return JSONResponse({"detail": "orchestrator unavailable, retry later"}, status_code=503,
                                 headers={"Retry-After": "10"})
         triggers.labels(source, "duplicate" if duplicate else "started").inc()
