@@ -11,14 +11,18 @@ Every value is HTML-escaped; every query binds its parameters.
 
 from __future__ import annotations
 
-import hmac
-from datetime import datetime, timedelta
+from datetime import datetime
 from html import escape
-from typing import Any, Callable
+from typing import Any
+from urllib.parse import urlencode
 
 STATE_COLORS = {
-    "hardware_failure": "#d62728", "infrastructure_failure": "#ff7f0e", "application_failure": "#1f77b4",
-    "scheduler_action": "#9467bd", "unknown": "#7f7f7f", "completed": "#2ca02c",
+    "hardware_failure": "#d62728",
+    "infrastructure_failure": "#ff7f0e",
+    "application_failure": "#1f77b4",
+    "scheduler_action": "#9467bd",
+    "unknown": "#7f7f7f",
+    "completed": "#2ca02c",
 }
 ROLE_COLORS = {"root": "#d62728", "cascade": "#ff9f40", "context": "#4c78a8"}
 
@@ -26,66 +30,155 @@ STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
 header{background:#263238;color:#fff;padding:10px 20px}header a{color:#fff;text-decoration:none;margin-right:16px}
 main{padding:16px 20px;max-width:1400px}h1{font-size:20px;margin:4px 0 12px}h2{font-size:16px;margin:20px 0 8px}
-table{border-collapse:collapse;background:#fff;width:100%}td,th{border-bottom:1px solid #e0e0e0;padding:4px 8px;text-align:left;vertical-align:top}
+table{border-collapse:collapse;background:#fff;width:100%}
+td,th{border-bottom:1px solid #e0e0e0;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#eceff1}.pill{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-size:12px}
-form.filters{margin:8px 0 16px;display:flex;gap:8px;flex-wrap:wrap;align-items:end}form.filters label{font-size:12px;display:flex;flex-direction:column}
-.charts{display:grid;grid-template-columns:2fr 1fr 1fr;gap:16px}.card{background:#fff;border:1px solid #e0e0e0;padding:10px}
+form.filters{margin:8px 0 16px;display:flex;gap:8px;flex-wrap:wrap;align-items:end}
+form.filters label{font-size:12px;display:flex;flex-direction:column}
+.charts{display:grid;grid-template-columns:2fr 1fr 1fr;gap:16px}
+.card{background:#fff;border:1px solid #e0e0e0;padding:10px;min-width:0}.card.span2{grid-column:span 2}
 code,pre{font:12px/1.3 ui-monospace,monospace}pre{white-space:pre-wrap;margin:0}.muted{color:#777}
 """
 
 
 def page(title: str, body: str) -> str:
-    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{escape(title)} - workload-attribution</title>"
-            f"<style>{STYLE}</style></head><body><header><a href='/ui'><b>workload-attribution</b></a>"
-            f"<a href='/ui'>diagnoses</a><a href='/docs'>API</a></header><main>{body}</main></body></html>")
+    return (
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{escape(title)} - workload-attribution</title>"
+        f"<style>{STYLE}</style></head><body><header><a href='/ui'><b>workload-attribution</b></a>"
+        f"<a href='/ui'>diagnoses</a><a href='/docs'>API</a></header><main>{body}</main></body></html>"
+    )
 
 
 def pill(state: str) -> str:
     return f"<span class=pill style='background:{STATE_COLORS.get(state, '#555')}'>{escape(state)}</span>"
 
 
+# ------------------------------------------------------------------------------------------ links
+
+
+def link(filters: dict[str, Any], **change: Any) -> str:
+    """/ui with the current filters, some changed (None removes one); the page goes back to 1."""
+    q = {k: v for k, v in {**filters, **change, "page": change.get("page")}.items() if v not in (None, "")}
+    return "/ui" + ("?" + urlencode(q) if q else "")
+
+
+def a(href: str, text: str, cls: str = "") -> str:
+    return f"<a href='{escape(href)}'{f' class={cls}' if cls else ''}>{escape(text)}</a>"
+
+
 # ------------------------------------------------------------------------------------------ charts
 
-def stacked_bars(series: list[tuple[str, dict[str, int]]], title: str, width: int = 640, height: int = 220) -> str:
-    """Bars per period (x), stacked by terminal_state."""
-    if not series:
-        return f"<div class=card><b>{escape(title)}</b><p class=muted>no data</p></div>"
-    top = max(sum(v.values()) for _, v in series) or 1
+
+def card(title: str, body: str, empty: bool = False, span: int = 1) -> str:
+    cls = "card span2" if span == 2 else "card"
+    return f"<div class='{cls}'><b>{escape(title)}</b><br>{'<p class=muted>no data</p>' if empty else body}</div>"
+
+
+def stacked_bars(
+    periods: list[str],
+    series: list[tuple[str, dict[str, int]]],
+    title: str,
+    colors: dict[str, str],
+    filters: dict[str, Any],
+    key: str,
+    width: int = 640,
+    height: int = 220,
+) -> str:
+    """Bars per period on a true time axis (every period of the span, empty ones too), stacked by
+    `colors`' keys; each segment links to the list filtered by its key and period."""
+    counts = dict(series)
+    if not periods or not any(counts.values()):
+        return card(title, "", empty=True)
+    top = max(sum(counts.get(p, {}).values()) for p in periods) or 1
     left, bottom, inner_h = 30, 30, height - 50
-    bw = max(2.0, (width - left - 10) / len(series))
-    parts = [f"<svg role=img aria-label='{escape(title)}' width={width} height={height} viewBox='0 0 {width} {height}'>",
-             f"<line x1={left} y1={height - bottom} x2={width} y2={height - bottom} stroke='#999'/>",
-             f"<text x=2 y=14 font-size=11>{top}</text>"]
-    for i, (label, counts) in enumerate(series):
-        y = height - bottom
-        for state in STATE_COLORS:
-            n = counts.get(state, 0)
+    bw = max(2.0, (width - left - 10) / len(periods))
+    parts = [
+        f"<svg role=img aria-label='{escape(title)}' width='100%' viewBox='0 0 {width} {height}'>",
+        f"<line x1={left} y1={height - bottom} x2={width} y2={height - bottom} stroke='#999'/>",
+        f"<text x=2 y=14 font-size=11>{top}</text>",
+    ]
+    step = max(1, len(periods) // 8)
+    for i, period in enumerate(periods):
+        y = float(height - bottom)
+        for name, color in colors.items():
+            n = counts.get(period, {}).get(name, 0)
             if not n:
                 continue
             h = n / top * inner_h
             y -= h
-            parts.append(f"<rect class=bar x={left + i * bw:.1f} y={y:.1f} width={max(1.0, bw - 1):.1f} height={h:.1f} "
-                         f"fill='{STATE_COLORS[state]}'><title>{escape(label)} {escape(state)}: {n}</title></rect>")
-        if len(series) <= 16 or i % max(1, len(series) // 8) == 0:
-            parts.append(f"<text x={left + i * bw:.1f} y={height - 12} font-size=10>{escape(label[5:])}</text>")
+            href = link(filters, **{key: name}, since=period)
+            parts.append(
+                f"<a href='{escape(href)}'><rect class=bar x={left + i * bw:.1f} y={y:.1f} "
+                f"width={max(1.0, bw - 1):.1f} height={h:.1f} fill='{color}'>"
+                f"<title>{escape(period)} {escape(name)}: {n}</title></rect></a>"
+            )
+        if i % step == 0:
+            parts.append(f"<text x={left + i * bw:.1f} y={height - 12} font-size=10>{escape(period[5:])}</text>")
     parts.append("</svg>")
-    legend = " ".join(pill(s) for s in STATE_COLORS)
-    return f"<div class=card><b>{escape(title)}</b><br>{''.join(parts)}<div>{legend}</div></div>"
+    legend = " ".join(
+        f"<a href='{escape(link(filters, **{key: n}))}'><span class=pill style='background:{c}'>{escape(n)}</span></a>"
+        for n, c in colors.items()
+    )
+    return card(title, "".join(parts) + f"<div>{legend}</div>")
 
 
-def hbars(rows: list[tuple[str, int]], title: str, color: str, width: int = 320) -> str:
+def hbars(
+    rows: list[tuple[str, int]], title: str, color: str, filters: dict[str, Any], key: str, width: int = 320
+) -> str:
+    """Horizontal bars; each label and bar links to the list filtered by it."""
     if not rows:
-        return f"<div class=card><b>{escape(title)}</b><p class=muted>no data</p></div>"
+        return card(title, "", empty=True)
     top = max(n for _, n in rows) or 1
     height = 22 * len(rows) + 10
     parts = [f"<svg role=img aria-label='{escape(title)}' width='100%' viewBox='0 0 {width} {height}'>"]
     for i, (label, n) in enumerate(rows):
         w = n / top * (width - 170)
-        parts.append(f"<text x=0 y={i * 22 + 16} font-size=11>{escape(label[:24])}</text>"
-                     f"<rect class=bar x=150 y={i * 22 + 4} width={w:.1f} height=16 fill='{color}'><title>{escape(label)}: {n}</title></rect>"
-                     f"<text x={155 + w:.1f} y={i * 22 + 16} font-size=11>{n}</text>")
+        href = escape(link(filters, **{key: label}))
+        parts.append(
+            f"<a href='{href}'><text x=0 y={i * 22 + 16} font-size=11>{escape(str(label)[:24])}</text>"
+            f"<rect class=bar x=150 y={i * 22 + 4} width={w:.1f} height=16 fill='{color}'>"
+            f"<title>{escape(str(label))}: {n}</title></rect></a>"
+            f"<text x={155 + w:.1f} y={i * 22 + 16} font-size=11>{n}</text>"
+        )
     parts.append("</svg>")
-    return f"<div class=card><b>{escape(title)}</b><br>{''.join(parts)}</div>"
+    return card(title, "".join(parts))
+
+
+def heatmap(
+    periods: list[str], cells: list[tuple[str, str, int]], title: str, filters: dict[str, Any], width: int = 640
+) -> str:
+    """Hosts (rows) x periods (columns): failures blamed on each host per period, darker = more."""
+    if not periods or not cells:
+        return card(title, "", empty=True, span=2)
+    hosts = sorted({h for _, h, _ in cells})
+    grid = {(p, h): n for p, h, n in cells}
+    top = max(grid.values()) or 1
+    left, row = 130, 18
+    cw = max(2.0, (width - left - 10) / len(periods))
+    height = row * len(hosts) + 24
+    parts = [f"<svg role=img aria-label='{escape(title)}' width='100%' viewBox='0 0 {width} {height}'>"]
+    for j, host in enumerate(hosts):
+        y = j * row
+        parts.append(
+            f"<a href='{escape(link(filters, node=host))}'><text x=0 y={y + 13} font-size=11>"
+            f"{escape(host[:20])}</text></a>"
+        )
+        for i, period in enumerate(periods):
+            n = grid.get((period, host), 0)
+            if n:
+                shade = 0.25 + 0.75 * n / top
+                parts.append(
+                    f"<a href='{escape(link(filters, node=host, since=period))}'><rect class=cell "
+                    f"x={left + i * cw:.1f} y={y + 2} width={max(1.0, cw - 1):.1f} height={row - 4} "
+                    f"fill='#d62728' fill-opacity='{shade:.2f}'><title>{escape(host)} {escape(period)}: "
+                    f"{n}</title></rect></a>"
+                )
+    step = max(1, len(periods) // 8)
+    for i, period in enumerate(periods):
+        if i % step == 0:
+            parts.append(f"<text x={left + i * cw:.1f} y={height - 4} font-size=10>{escape(period[5:])}</text>")
+    parts.append("</svg>")
+    return card(title, "".join(parts), span=2)
 
 
 def timeline(doc: dict[str, Any], width: int = 1100) -> str:
@@ -99,128 +192,191 @@ def timeline(doc: dict[str, Any], width: int = 1100) -> str:
     span = max((t1 - t0).total_seconds(), 1.0)
     root_node = (doc.get("root_cause") or {}).get("node")
     order = {"root": 0, "cascade": 1, "context": 2}
-    hosts = sorted({s.get("node") or "(job)" for s in syms},
-                   key=lambda h: (h != root_node, min(order.get(s["role"], 3) for s in syms if (s.get("node") or "(job)") == h), h))
+    hosts = sorted(
+        {s.get("node") or "(job)" for s in syms},
+        key=lambda h: (
+            h != root_node,
+            min(order.get(s["role"], 3) for s in syms if (s.get("node") or "(job)") == h),
+            h,
+        ),
+    )
     left, row = 160, 24
     height = row * len(hosts) + 40
     scale = (width - left - 20) / span
     parts = [f"<svg role=img aria-label='symptom timeline' width={width} height={height}>"]
     for i, h in enumerate(hosts):
         y = 10 + i * row
-        parts.append(f"<text x=0 y={y + 14} font-size=12{' font-weight=bold' if h == root_node else ''}>{escape(h[:22])}</text>"
-                     f"<line x1={left} y1={y + row / 2} x2={width - 10} y2={y + row / 2} stroke='#eee'/>")
-    for s in sorted(syms, key=lambda s: order.get(s["role"], 3), reverse=True):   # roots drawn last, on top
+        parts.append(
+            f"<text x=0 y={y + 14} font-size=12{' font-weight=bold' if h == root_node else ''}>{escape(h[:22])}</text>"
+            f"<line x1={left} y1={y + row / 2} x2={width - 10} y2={y + row / 2} stroke='#eee'/>"
+        )
+    for s in sorted(syms, key=lambda s: order.get(s["role"], 3), reverse=True):  # roots drawn last, on top
         y = 10 + hosts.index(s.get("node") or "(job)") * row
         a = (parse(s["first_seen"]) - t0).total_seconds() * scale
         b = (parse(s.get("last_seen") or s["first_seen"]) - t0).total_seconds() * scale
         color = ROLE_COLORS.get(s["role"], "#999")
-        parts.append(f"<rect class=mark x={left + a:.1f} y={y + 4} width={max(6.0, b - a):.1f} height={row - 8} rx=3 "
-                     f"fill='{color}'><title>{escape(s['symptom'])} ({escape(s['role'])}) x{s.get('count', 1)} "
-                     f"{escape(s['first_seen'])}</title></rect>")
-    parts.append(f"<text x={left} y={height - 6} font-size=10>{escape(t0.isoformat())}</text>"
-                 f"<text x={width - 10} y={height - 6} font-size=10 text-anchor=end>+{span:.0f} s</text></svg>")
+        parts.append(
+            f"<rect class=mark x={left + a:.1f} y={y + 4} width={max(6.0, b - a):.1f} height={row - 8} rx=3 "
+            f"fill='{color}'><title>{escape(s['symptom'])} ({escape(s['role'])}) x{s.get('count', 1)} "
+            f"{escape(s['first_seen'])}</title></rect>"
+        )
+    parts.append(
+        f"<text x={left} y={height - 6} font-size=10>{escape(t0.isoformat())}</text>"
+        f"<text x={width - 10} y={height - 6} font-size=10 text-anchor=end>+{span:.0f} s</text></svg>"
+    )
     legend = " ".join(f"<span class=pill style='background:{c}'>{r}</span>" for r, c in ROLE_COLORS.items())
     return "".join(parts) + f"<div>{legend}</div>"
 
 
 # ------------------------------------------------------------------------------------------- pages
 
-def list_page(rows: list[dict], filters: dict[str, Any], trends: dict[str, Any]) -> str:
+XID_COLORS = ["#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
+
+
+def list_page(
+    rows: list[dict],
+    filters: dict[str, Any],
+    trends: dict[str, Any],
+    page_no: int = 1,
+    page_size: int = 100,
+    total: int | None = None,
+) -> str:
     f = {k: escape(str(v)) if v is not None else "" for k, v in filters.items()}
-    form = ("<form class=filters method=get action='/ui'>"
-            f"<label>cluster<input name=cluster value='{f['cluster']}'></label>"
-            f"<label>terminal state<select name=terminal_state><option value=''>any</option>"
-            + "".join(f"<option{' selected' if filters.get('terminal_state') == s else ''}>{s}</option>" for s in STATE_COLORS)
-            + "</select></label>"
-            f"<label>node<input name=node value='{f['node']}'></label>"
-            f"<label>since<input name=since placeholder='2026-11-01T00:00:00Z' value='{f['since']}'></label>"
-            f"<label>until<input name=until value='{f['until']}'></label><button>filter</button></form>")
-    charts = ("<div class=charts>"
-              + stacked_bars(trends["per_period"], f"Diagnoses by terminal_state per {trends['period']}")
-              + hbars(trends["top_hosts"], "Top hosts (hardware/infrastructure roots and affected)", "#d62728")
-              + hbars(trends["top_ports"], "Top switch ports", "#ff7f0e")
-              + "</div>")
-    body = ["<h1>Diagnoses</h1>", charts, form, "<table><tr><th>attempt end</th><th>cluster</th><th>job / attempt</th>"
-            "<th>verdict</th><th>root</th><th>affected</th><th>action</th></tr>"]
+    states = "".join(
+        f"<option{' selected' if filters.get('terminal_state') == s else ''}>{s}</option>" for s in STATE_COLORS
+    )
+    form = (
+        "<form class=filters method=get action='/ui'>"
+        f"<label>cluster<input name=cluster value='{f['cluster']}'></label>"
+        f"<label>terminal state<select name=terminal_state><option value=''>any</option>{states}</select></label>"
+        f"<label>node<input name=node value='{f['node']}'></label>"
+        f"<label>symptom<input name=symptom placeholder='xid_79' value='{f['symptom']}'></label>"
+        f"<label>switch port<input name=port placeholder='leaf-07:17' value='{f['port']}'></label>"
+        f"<label>since<input name=since placeholder='7d or 2026-11-01T00:00:00Z' value='{f['since']}'></label>"
+        f"<label>until<input name=until value='{f['until']}'></label><button>filter</button>"
+        f"{a('/ui', 'clear')}</form>"
+    )
+    periods = trends.get("periods") or []
+    xid_series: dict[str, dict[str, int]] = {}
+    totals: dict[str, int] = {}
+    for period, xid, n in trends.get("xids") or []:
+        xid_series.setdefault(period, {})[xid] = n
+        totals[xid] = totals.get(xid, 0) + n
+    xid_colors = {
+        x: XID_COLORS[i % len(XID_COLORS)] for i, x in enumerate(sorted(totals, key=lambda k: -totals[k])[:8])
+    }
+    per = trends.get("period", "day")
+    charts = (
+        "<div class=charts>"
+        + stacked_bars(
+            periods,
+            trends.get("per_period") or [],
+            f"Diagnoses by terminal_state per {per}",
+            STATE_COLORS,
+            filters,
+            "terminal_state",
+        )
+        + hbars(trends.get("top_hosts") or [], "Top hosts (roots and affected)", "#d62728", filters, "node")
+        + hbars(trends.get("top_ports") or [], "Top switch ports", "#ff7f0e", filters, "port")
+        + stacked_bars(periods, list(xid_series.items()), f"XIDs per {per} (attempts)", xid_colors, filters, "symptom")
+        + heatmap(periods, trends.get("host_periods") or [], f"Failures per host per {per}", filters)
+        + "</div>"
+    )
+    shown = f"{(page_no - 1) * page_size + 1}-{(page_no - 1) * page_size + len(rows)}" if rows else "0"
+    pager = [f"<p class=pager>{shown} of {total if total is not None else '?'} "]
+    if page_no > 1:
+        pager.append(a(link(filters, page=page_no - 1 if page_no > 2 else None), "previous"))
+    if total is not None and page_no * page_size < total:
+        pager.append(" " + a(link(filters, page=page_no + 1), "next"))
+    pager.append("</p>")
+    body = [
+        "<h1>Diagnoses</h1>",
+        charts,
+        form,
+        "".join(pager),
+        "<table><tr><th>attempt end</th><th>cluster</th><th>job / attempt</th><th>verdict</th><th>root</th>"
+        "<th>affected</th><th>action</th></tr>",
+    ]
     for r in rows:
+        nodes = ", ".join(a(link(filters, node=n), n) for n in r.get("affected_nodes") or [])
+        root = r.get("root_node")
+        symptom = r.get("root_symptom")
         body.append(
-            f"<tr><td>{escape(str(r['attempt_end'] or ''))[:19]}</td><td>{escape(r['cluster'])}</td>"
-            f"<td><a href='/ui/diagnoses/{escape(r['diagnosis_id'])}'>{escape(r['scheduler'])} {escape(r['job_id'])}</a>"
-            f" #{r['attempt']}</td><td>{pill(r['terminal_state'])} {escape(r['sub_domain'])}</td>"
-            f"<td>{escape(r['root_node'] or '')}</td><td>{escape(', '.join(r['affected_nodes'] or []))}</td>"
-            f"<td>{escape(r['recommended_action'] or '')}</td></tr>")
+            f"<tr><td>{escape(str(r['attempt_end'] or ''))[:19]}</td>"
+            f"<td>{a(link(filters, cluster=r['cluster']), r['cluster'])}</td>"
+            f"<td>{a('/ui/diagnoses/' + r['diagnosis_id'], r['scheduler'] + ' ' + r['job_id'])} #{r['attempt']}</td>"
+            f"<td>{pill(r['terminal_state'])} {escape(r['sub_domain'])}</td>"
+            f"<td>{a(link(filters, node=root), root) if root else ''}"
+            f"{' ' + a(link(filters, symptom=symptom), symptom, 'muted') if symptom else ''}</td>"
+            f"<td>{nodes}</td><td>{escape(r['recommended_action'] or '')}</td></tr>"
+        )
     body.append("</table>")
     if not rows:
         body.append("<p class=muted>no diagnosis matches</p>")
+    body.append("".join(pager))
     return page("Diagnoses", "".join(body))
 
 
 def diagnosis_page(doc: dict[str, Any]) -> str:
-    a, rc = doc["attempt"], doc.get("root_cause") or {}
+    at, rc = doc["attempt"], doc.get("root_cause") or {}
     ev = {e["id"]: e for e in doc.get("evidence") or []}
-    head = (f"<h1>{escape(a['cluster'])} / {escape(a['scheduler'])} job {escape(str(a['job_id']))} attempt {a['attempt']}</h1>"
-            f"<p>{pill(doc['terminal_state'])} <b>{escape(doc['sub_domain'])}</b> (confidence {escape(str(doc.get('confidence')))})"
-            f" &middot; action <b>{escape(doc.get('recommended_action') or '')}</b> &middot; affected "
-            f"<b>{escape(', '.join(doc.get('affected_nodes') or []) or 'none')}</b></p>"
-            f"<p>{escape(doc.get('explanation') or '')}</p>")
+    head = (
+        f"<h1>{escape(at['cluster'])} / {escape(at['scheduler'])} job {escape(str(at['job_id']))} "
+        f"attempt {at['attempt']}</h1>"
+        f"<p>{pill(doc['terminal_state'])} <b>{escape(doc['sub_domain'])}</b> "
+        f"(confidence {escape(str(doc.get('confidence')))})"
+        f" &middot; action <b>{escape(doc.get('recommended_action') or '')}</b> &middot; affected "
+        f"<b>{escape(', '.join(doc.get('affected_nodes') or []) or 'none')}</b></p>"
+        f"<p>{escape(doc.get('explanation') or '')}</p>"
+    )
     root = ""
     if rc:
-        lines = "".join(f"<pre>{escape(ev[i]['ref'])}: {escape(ev[i]['text'])}</pre>" for i in rc.get("evidence", []) if i in ev)
-        root = (f"<h2>Root cause</h2><p><b>{escape(rc.get('title') or rc.get('symptom') or '')}</b> on "
-                f"{escape(rc.get('node') or '-')} {escape(rc.get('component') or '')} at {escape(str(rc.get('first_seen')))}</p>{lines}")
+        lines = "".join(
+            f"<pre>{escape(ev[i]['ref'])}: {escape(ev[i]['text'])}</pre>" for i in rc.get("evidence", []) if i in ev
+        )
+        root = (
+            f"<h2>Root cause</h2><p><b>{escape(rc.get('title') or rc.get('symptom') or '')}</b> on "
+            f"{escape(rc.get('node') or '-')} {escape(rc.get('component') or '')} "
+            f"at {escape(str(rc.get('first_seen')))}</p>{lines}"
+        )
     order = {"root": 0, "cascade": 1, "context": 2}
     syms = sorted(doc.get("symptoms") or [], key=lambda s: (order.get(s["role"], 3), s.get("first_seen") or ""))
-    table = ["<h2>Symptoms (root first)</h2><table><tr><th>role</th><th>symptom</th><th>node</th><th>rank</th>"
-             "<th>first seen</th><th>count</th><th>demoted by</th></tr>"]
+    table = [
+        "<h2>Symptoms (root first)</h2><table><tr><th>role</th><th>symptom</th><th>node</th><th>rank</th>"
+        "<th>first seen</th><th>count</th><th>demoted by</th></tr>"
+    ]
     for s in syms:
-        table.append(f"<tr><td><span class=pill style='background:{ROLE_COLORS.get(s['role'], '#999')}'>{escape(s['role'])}</span></td>"
-                     f"<td>{escape(s['symptom'])}</td><td>{escape(s.get('node') or '')}</td><td>{escape(str(s.get('rank') if s.get('rank') is not None else ''))}</td>"
-                     f"<td>{escape(str(s.get('first_seen') or ''))}</td><td>{s.get('count', '')}</td>"
-                     f"<td>{escape(s.get('demoted_by') or '')}</td></tr>")
+        table.append(
+            f"<tr><td><span class=pill style='background:{ROLE_COLORS.get(s['role'], '#999')}'>"
+            f"{escape(s['role'])}</span></td>"
+            f"<td>{a(link({}, symptom=s['symptom']), s['symptom'])}</td>"
+            f"<td>{a(link({}, node=s['node']), s['node']) if s.get('node') else ''}</td>"
+            f"<td>{escape(str(s.get('rank') if s.get('rank') is not None else ''))}</td>"
+            f"<td>{escape(str(s.get('first_seen') or ''))}</td><td>{s.get('count', '')}</td>"
+            f"<td>{escape(s.get('demoted_by') or '')}</td></tr>"
+        )
     table.append("</table>")
-    cov = ["<h2>Coverage</h2><table><tr><th>source</th><th>connector</th><th>status</th><th>observations</th><th>note</th></tr>"]
+    cov = [
+        "<h2>Coverage</h2><table><tr><th>source</th><th>connector</th><th>status</th><th>observations</th><th>note</th></tr>"
+    ]
     for c in doc.get("coverage") or []:
-        cov.append(f"<tr><td>{escape(c['source'])}</td><td>{escape(c.get('connector') or '')}</td><td>{escape(c['status'])}</td>"
-                   f"<td>{c.get('observations', '')}</td><td>{escape(c.get('error') or '')}</td></tr>")
+        cov.append(
+            f"<tr><td>{escape(c['source'])}</td><td>{escape(c.get('connector') or '')}</td>"
+            f"<td>{escape(c['status'])}</td>"
+            f"<td>{c.get('observations', '')}</td><td>{escape(c.get('error') or '')}</td></tr>"
+        )
     cov.append("</table>")
     raw = f"<h2>JSON</h2><p><a href='/v1/diagnoses/{escape(doc['diagnosis_id'])}'>the diagnosis document</a></p>"
-    return page(f"{a['cluster']} {a['job_id']}", head + "<h2>Timeline</h2>" + timeline(doc) + root + "".join(table)
-                + "".join(cov) + raw)
+    return page(
+        f"{at['cluster']} {at['job_id']}",
+        head + "<h2>Timeline</h2>" + timeline(doc) + root + "".join(table) + "".join(cov) + raw,
+    )
 
 
 def login_page(failed: bool = False) -> str:
     msg = "<p style='color:#d62728'>wrong token</p>" if failed else ""
-    return page("Sign in", f"<h1>Sign in</h1>{msg}<form method=post action='/ui/login'>"
-                           "<label>API token <input type=password name=token autofocus></label> <button>sign in</button></form>")
-
-
-# ------------------------------------------------------------------------------------------ queries
-
-def trends(rows: Callable[[str, list], list[tuple]], cluster: str | None) -> dict[str, Any]:
-    where, args = ("WHERE cluster = ?", [cluster]) if cluster else ("", [])
-    span = rows(f"SELECT min(end_time), max(end_time) FROM diagnoses {where}", args)
-    lo, hi = span[0] if span else (None, None)
-    period = "day" if lo and hi and hi - lo <= timedelta(days=62) else "week"
-    per = rows(f"SELECT strftime(date_trunc('{period}', end_time), '%Y-%m-%d') AS p, terminal_state, count(*) "
-               f"FROM diagnoses {where} {'AND' if where else 'WHERE'} end_time IS NOT NULL GROUP BY ALL ORDER BY p", args)
-    series: dict[str, dict[str, int]] = {}
-    for p, state, n in per:
-        series.setdefault(p, {})[state] = n
-    top_hosts = rows(f"""
-        SELECT node, count(DISTINCT diagnosis_id) FROM (
-            SELECT diagnosis_id, root_node AS node, cluster FROM diagnoses WHERE root_node IS NOT NULL
-            UNION SELECT d.diagnosis_id, a.node, d.cluster FROM diagnoses d JOIN diagnosis_affected_nodes a USING (diagnosis_id))
-        {where} GROUP BY node ORDER BY 2 DESC, node LIMIT 8""", args)
-    top_ports = rows(f"SELECT switch || ':' || port, attempts FROM switch_port_patterns {where} LIMIT 8", args)
-    return {"period": period, "per_period": sorted(series.items()), "top_hosts": top_hosts, "top_ports": top_ports}
-
-
-def token_ok(token: str | None, request) -> bool:
-    """The API token as a bearer header, or the session cookie /ui/login set."""
-    if token is None:
-        return True
-    given = request.cookies.get("attribution_token") or ""
-    auth = request.headers.get("authorization") or ""
-    if auth.lower().startswith("bearer "):
-        given = auth[7:].strip()
-    return bool(given) and hmac.compare_digest(given.encode(), token.encode())
+    return page(
+        "Sign in",
+        f"<h1>Sign in</h1>{msg}<form method=post action='/ui/login'>"
+        "<label>API token <input type=password name=token autofocus></label> <button>sign in</button></form>",
+    )

@@ -10,21 +10,23 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Literal
 
 import yaml
+from pydantic import ValidationError
+
+from workload_attribution.connectors import scheduler_records as sr
+from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
+from workload_attribution.connectors.text import SQL_DIR, TextFile, scan_files
+from workload_attribution.connectors.topology import TopologyError, links_from_yaml
+from workload_attribution.contracts.errors import BadInput
+from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus
+from workload_attribution.contracts.staging import connected, insert_observations, one, render, scalar
 
 # libyaml's C loader when present: the same safe subset, ~15x faster than the pure-Python one.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-from pydantic import ValidationError
-
-from attribution.models import AttemptScope, Coverage, CoverageStatus
-from connectors import scheduler_records as sr
-from connectors.topology import TopologyError, links_from_yaml
-from connectors.staging import connect, insert_observations, render
-from connectors.text import TextFile, scan_files
 
 CONNECTOR = "bundle"
 
@@ -39,15 +41,15 @@ SOURCES = ("app", "syslog", "fabricmanager", "scheduler_log", "sacct", "kueue", 
 KUEUE_FILES = ("workload.json", "pods.json", "events.json", "nodes.json")
 
 
-class BundleError(Exception):
+class BundleError(BadInput):
     """The bundle cannot be diagnosed at all (bad attempt.yaml, not a directory). One-line message."""
 
 
-@dataclass
-class Collected:
-    coverage: Coverage
-    notes: list[str] = field(default_factory=list)
-    files: dict[str, Path] = field(default_factory=dict)   # evidence ref -> real path
+class BundleSource(SourceConfig):
+    """An attempt bundle on disk: every source of the bundle format is read from it."""
+
+    connector: Literal["bundle"] = "bundle"
+    path: str
 
 
 def _inside(bundle: Path, path: Path) -> bool:
@@ -71,8 +73,9 @@ def load_scope(bundle: Path) -> AttemptScope:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
-        raise BundleError(f"{spec}: not valid YAML{where}: "
-                          f"{str(getattr(exc, 'problem', None) or exc).splitlines()[0]}") from None
+        raise BundleError(
+            f"{spec}: not valid YAML{where}: {str(getattr(exc, 'problem', None) or exc).splitlines()[0]}"
+        ) from None
     if not isinstance(doc, dict):
         raise BundleError(f"{spec}: expected a mapping of fields, got {type(doc).__name__}")
     try:
@@ -100,8 +103,11 @@ def _text_files(bundle: Path, rel_dir: str, per_node: bool) -> tuple[list[TextFi
         if p.name.startswith("."):
             continue
         if not p.is_file():
-            not_read.append(f"{rel_dir}/{p.name}/: a directory, not read" if p.is_dir()
-                            else f"{rel_dir}/{p.name}: not a regular file, not read")
+            not_read.append(
+                f"{rel_dir}/{p.name}/: a directory, not read"
+                if p.is_dir()
+                else f"{rel_dir}/{p.name}: not a regular file, not read"
+            )
             continue
         if not _inside(bundle, p):
             refused.append(f"{rel_dir}/{p.name}: symlink outside the bundle, not read")
@@ -121,23 +127,33 @@ def _status(observations: int, unparsed: int, gaps: bool) -> CoverageStatus:
 def collect_text(bundle: Path, scope: AttemptScope, source: str, staging: str, prefilter: list[str]) -> Collected:
     rel_dir = TEXT_SOURCES[source]
     if not (bundle / rel_dir).is_dir():
-        return Collected(Coverage(source=source, connector=CONNECTOR, status=CoverageStatus.unavailable,
-                                  error=f"{rel_dir}/ not in bundle"))
+        return Collected(
+            Coverage(
+                source=source, connector=CONNECTOR, status=CoverageStatus.unavailable, error=f"{rel_dir}/ not in bundle"
+            )
+        )
     per_node = source != "scheduler_log"
     files, refused, not_read = _text_files(bundle, rel_dir, per_node)
-    con = connect(staging)
-    try:
+    with connected(staging) as con:
         stats = scan_files(con, files, source, CONNECTOR, prefilter)
-    finally:
-        con.close()
     missing = sorted(set(scope.nodes) - stats.nodes) if per_node else []
     unparsed = stats.bad_lines + len(refused)
     cov = Coverage(
-        source=source, connector=CONNECTOR, status=_status(stats.lines, unparsed, bool(missing)),
-        observations=stats.lines, nodes=sorted(stats.nodes), unparsed=unparsed, files=stats.files,
-        details={"matched_lines": stats.hits, "lines_with_bad_bytes": stats.bad_lines,
-                 "long_lines": stats.long_lines, "missing_nodes": missing, "refused": refused,
-                 "not_read": not_read},
+        source=source,
+        connector=CONNECTOR,
+        status=_status(stats.lines, unparsed, bool(missing)),
+        observations=stats.lines,
+        nodes=sorted(stats.nodes),
+        unparsed=unparsed,
+        files=stats.files,
+        details={
+            "matched_lines": stats.hits,
+            "lines_with_bad_bytes": stats.bad_lines,
+            "long_lines": stats.long_lines,
+            "missing_nodes": missing,
+            "refused": refused,
+            "not_read": not_read,
+        },
     )
     if missing and stats.lines:
         cov.error = f"no {source} for node(s): {', '.join(missing)}"
@@ -157,120 +173,200 @@ def collect_sacct(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
     path = bundle / "scheduler" / "sacct.json"
     if not path.is_file():
         status = CoverageStatus.unavailable if scope.scheduler == "slurm" else CoverageStatus.skipped
-        return Collected(Coverage(source="sacct", connector=CONNECTOR, status=status,
-                                  error="scheduler/sacct.json not in bundle" if status == "unavailable" else None))
+        return Collected(
+            Coverage(
+                source="sacct",
+                connector=CONNECTOR,
+                status=status,
+                error="scheduler/sacct.json not in bundle" if status == "unavailable" else None,
+            )
+        )
     try:
         obs, facts = sr.sacct_observations(_load_json(path), scope.job_id, "scheduler/sacct.json")
     except sr.RecordError as exc:
-        return Collected(Coverage(source="sacct", connector=CONNECTOR, status=CoverageStatus.error, error=str(exc), files=1))
-    con = connect(staging)
-    try:
+        return Collected(
+            Coverage(source="sacct", connector=CONNECTOR, status=CoverageStatus.error, error=str(exc), files=1)
+        )
+    with connected(staging) as con:
         insert_observations(con, obs)
-    finally:
-        con.close()
     notes = []
     if facts.get("state") and facts["state"].split()[0] != scope.state.split()[0]:
         notes.append(f"attempt.yaml says state {scope.state}, sacct says {facts['state']}: the scheduler's record wins")
     if facts.get("nodes") and sorted(facts["nodes"]) != sorted(scope.nodes):
         notes.append(f"attempt.yaml nodes differ from sacct's allocation {facts['nodes']}: the scheduler's record wins")
-    return Collected(Coverage(source="sacct", connector=CONNECTOR, status=CoverageStatus.ok, observations=len(obs),
-                              files=1, details={"slurm_release": facts.get("slurm_release")}), notes=notes)
+    return Collected(
+        Coverage(
+            source="sacct",
+            connector=CONNECTOR,
+            status=CoverageStatus.ok,
+            observations=len(obs),
+            files=1,
+            details={"slurm_release": facts.get("slurm_release")},
+        ),
+        notes=notes,
+    )
 
 
 def collect_kueue(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
     readers: dict[str, Callable[..., list]] = {
-        "workload.json": sr.workload_observations, "pods.json": sr.pod_observations,
-        "events.json": sr.event_observations, "nodes.json": sr.node_observations,
+        "workload.json": sr.workload_observations,
+        "pods.json": sr.pod_observations,
+        "events.json": sr.event_observations,
+        "nodes.json": sr.node_observations,
     }
     present = [n for n in KUEUE_FILES if (bundle / "scheduler" / n).is_file()]
     if not present:
         status = CoverageStatus.unavailable if scope.scheduler == "kueue" else CoverageStatus.skipped
-        return Collected(Coverage(source="kueue", connector=CONNECTOR, status=status,
-                                  error="no Kueue/Kubernetes objects in bundle" if status == "unavailable" else None))
+        return Collected(
+            Coverage(
+                source="kueue",
+                connector=CONNECTOR,
+                status=status,
+                error="no Kueue/Kubernetes objects in bundle" if status == "unavailable" else None,
+            )
+        )
     obs, errors = [], []
     for name in present:
         try:
             obs.extend(readers[name](_load_json(bundle / "scheduler" / name), f"scheduler/{name}"))
         except sr.RecordError as exc:
             errors.append(str(exc))
-    con = connect(staging)
-    try:
+    with connected(staging) as con:
         insert_observations(con, obs)
-    finally:
-        con.close()
     missing = [n for n in KUEUE_FILES if n not in present]
-    status = CoverageStatus.error if len(errors) == len(present) else (
-        CoverageStatus.partial if errors or missing else CoverageStatus.ok)
-    return Collected(Coverage(source="kueue", connector=CONNECTOR, status=status, observations=len(obs),
-                              files=len(present), unparsed=len(errors), error="; ".join(errors) or None,
-                              details={"missing_files": missing}))
+    status = (
+        CoverageStatus.error
+        if len(errors) == len(present)
+        else (CoverageStatus.partial if errors or missing else CoverageStatus.ok)
+    )
+    return Collected(
+        Coverage(
+            source="kueue",
+            connector=CONNECTOR,
+            status=status,
+            observations=len(obs),
+            files=len(present),
+            unparsed=len(errors),
+            error="; ".join(errors) or None,
+            details={"missing_files": missing},
+        )
+    )
 
 
 def collect_metrics(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
     base = bundle / "metrics"
     if not base.is_dir():
-        return Collected(Coverage(source="metrics", connector=CONNECTOR, status=CoverageStatus.unavailable,
-                                  error="metrics/ not in bundle"))
+        return Collected(
+            Coverage(
+                source="metrics", connector=CONNECTOR, status=CoverageStatus.unavailable, error="metrics/ not in bundle"
+            )
+        )
     files = [p for p in sorted(base.glob("*.prom")) if p.is_file() and _inside(bundle, p)]
-    con = connect(staging)
-    try:
-        before = con.execute("SELECT count(*) FROM samples").fetchone()[0]
+    with connected(staging) as con:
+        before = scalar(con, "SELECT count(*) FROM samples")
         data_lines = duplicates = 0
         errors = []
         for p in files:
             try:
-                con.execute(render("parse_prom.sql", files="read_text($paths)"), {"paths": [str(p)]})
-                con.execute(render("insert_samples.sql"),
-                            {"paths": [str(p)], "refs": [f"metrics/{p.name}"], "connector": CONNECTOR})
+                con.execute(render("parse_prom.sql", SQL_DIR, files="read_text($paths)"), {"paths": [str(p)]})
+                con.execute(
+                    render("insert_samples.sql", SQL_DIR),
+                    {"paths": [str(p)], "refs": [f"metrics/{p.name}"], "connector": CONNECTOR},
+                )
             except Exception as exc:  # not UTF-8, or DuckDB cannot parse: report, keep going
                 errors.append(f"metrics/{p.name}: {str(exc).splitlines()[0]}")
                 continue
-            n_data, dupes = con.execute(
+            n_data, dupes = one(
+                con,
                 "SELECT coalesce(max(n_data), 0), count(*) - count(DISTINCT (metric, label_text, time)) "
-                "FROM prom_parsed WHERE value IS NOT NULL AND time IS NOT NULL").fetchone()
+                "FROM prom_parsed WHERE value IS NOT NULL AND time IS NOT NULL",
+            )
             data_lines += n_data
             duplicates += dupes
-        stored = con.execute("SELECT count(*) FROM samples").fetchone()[0] - before
-        nodes = [r[0] for r in con.execute("SELECT DISTINCT node FROM samples WHERE node IS NOT NULL ORDER BY 1").fetchall()]
-    finally:
-        con.close()
+        stored = scalar(con, "SELECT count(*) FROM samples") - before
+        nodes = [
+            r[0] for r in con.execute("SELECT DISTINCT node FROM samples WHERE node IS NOT NULL ORDER BY 1").fetchall()
+        ]
     unparsed = max(0, data_lines - stored - duplicates) + len(errors)
     status = CoverageStatus.error if errors and not stored else _status(stored, unparsed, False)
-    return Collected(Coverage(source="metrics", connector=CONNECTOR, status=status, observations=stored,
-                              nodes=nodes, unparsed=unparsed, files=len(files), error="; ".join(errors) or None,
-                              details={"samples_without_value_or_time": max(0, data_lines - stored - duplicates),
-                                       "duplicate_samples": duplicates}))
+    return Collected(
+        Coverage(
+            source="metrics",
+            connector=CONNECTOR,
+            status=status,
+            observations=stored,
+            nodes=nodes,
+            unparsed=unparsed,
+            files=len(files),
+            error="; ".join(errors) or None,
+            details={
+                "samples_without_value_or_time": max(0, data_lines - stored - duplicates),
+                "duplicate_samples": duplicates,
+            },
+        )
+    )
 
 
 def collect_topology(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
     path = bundle / "topology.yaml"
     if not path.is_file():
-        return Collected(Coverage(source="topology", connector=CONNECTOR, status=CoverageStatus.unavailable,
-                                  error="topology.yaml not in bundle"))
+        return Collected(
+            Coverage(
+                source="topology",
+                connector=CONNECTOR,
+                status=CoverageStatus.unavailable,
+                error="topology.yaml not in bundle",
+            )
+        )
     try:
         doc = yaml.load(path.read_text(encoding="utf-8", errors="replace"), Loader=SAFE_LOADER) or {}
         rows = links_from_yaml(doc)
     except (yaml.YAMLError, TopologyError, AttributeError) as exc:
-        return Collected(Coverage(source="topology", connector=CONNECTOR, status=CoverageStatus.error,
-                                  error=f"topology.yaml: {str(exc).splitlines()[0]}", files=1))
-    con = connect(staging)
-    try:
-        if rows:
-            con.execute("INSERT INTO topology SELECT unnest($s), unnest($p), unnest($h), unnest($k), unnest($c)",
-                        {"s": [r[0] for r in rows], "p": [r[1] for r in rows], "h": [r[2] for r in rows],
-                         "k": [r[3] for r in rows], "c": [r[4] for r in rows]})
-    finally:
-        con.close()
+        return Collected(
+            Coverage(
+                source="topology",
+                connector=CONNECTOR,
+                status=CoverageStatus.error,
+                error=f"topology.yaml: {str(exc).splitlines()[0]}",
+                files=1,
+            )
+        )
+    if rows:
+        with connected(staging) as con:
+            con.execute(
+                "INSERT INTO topology SELECT unnest($s), unnest($p), unnest($h), unnest($k), unnest($c)",
+                {
+                    "s": [r[0] for r in rows],
+                    "p": [r[1] for r in rows],
+                    "h": [r[2] for r in rows],
+                    "k": [r[3] for r in rows],
+                    "c": [r[4] for r in rows],
+                },
+            )
     unknown = sorted({r[2] for r in rows if r[3] == "host"} - set(scope.nodes))
-    return Collected(Coverage(source="topology", connector=CONNECTOR, status=_status(len(rows), 0, False),
-                              observations=len(rows), files=1,
-                              details={"hosts_outside_allocation": len(unknown)}))
+    return Collected(
+        Coverage(
+            source="topology",
+            connector=CONNECTOR,
+            status=_status(len(rows), 0, False),
+            observations=len(rows),
+            files=1,
+            details={"hosts_outside_allocation": len(unknown)},
+        )
+    )
 
 
-def collect(bundle: Path, scope: AttemptScope, source: str, staging: str, prefilter: list[str]) -> Collected:
+@register(CONNECTOR, BundleSource, kind="bundle")
+def collect(ctx: CollectContext[BundleSource]) -> Collected:
     """Load one source of the bundle into staging; the coverage record says what happened."""
     started = time.monotonic()
-    bundle = Path(bundle)
+    bundle, scope, source, staging, prefilter = (
+        Path(ctx.config.path),
+        ctx.scope,
+        ctx.source,
+        ctx.staging,
+        list(ctx.prefilter),
+    )
     if source in TEXT_SOURCES:
         result = collect_text(bundle, scope, source, staging, prefilter)
     elif source == "sacct":

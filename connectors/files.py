@@ -9,37 +9,38 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from attribution.models import AttemptScope, Coverage, CoverageStatus
-from connectors.staging import connect
-from connectors.text import TextFile, scan_files
+from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
+from workload_attribution.connectors.text import TextFile, scan_files
+from workload_attribution.contracts.models import Coverage, CoverageStatus
+from workload_attribution.contracts.staging import connected
 
 CONNECTOR = "files"
 
 
-class FilesSource(BaseModel):
+class FilesSource(SourceConfig):
     connector: Literal["files"] = "files"
     path: str = Field(description="path template with {host}, e.g. /shared/logs/{host}/syslog.log")
 
+    def probe(self) -> tuple[str, str, dict[str, str]]:
+        return "path", self.path, {}
 
-def collect(src: FilesSource, source: str, scope: AttemptScope, staging: str, prefilter: list[str]) -> tuple[Coverage, dict[str, Path]]:
+
+@register(CONNECTOR, FilesSource)
+def collect(ctx: CollectContext[FilesSource]) -> Collected:
     started = time.monotonic()
     files, missing = [], []
-    for host in scope.nodes:
-        p = Path(src.path.replace("{host}", host))
+    for host in ctx.scope.nodes:
+        p = Path(ctx.config.path.replace("{host}", host))
         if p.is_file():
             files.append(TextFile(path=p, ref=str(p), node=host))
         else:
             missing.append(host)
-    con = connect(staging)
-    try:
-        stats = scan_files(con, files, source, CONNECTOR, prefilter)
-    finally:
-        con.close()
+    with connected(ctx.staging) as con:
+        stats = scan_files(con, files, ctx.source, CONNECTOR, list(ctx.prefilter))
     if not files:
         status = CoverageStatus.unavailable
     elif missing or stats.bad_lines:
@@ -48,8 +49,16 @@ def collect(src: FilesSource, source: str, scope: AttemptScope, staging: str, pr
         status = CoverageStatus.empty
     else:
         status = CoverageStatus.ok
-    cov = Coverage(source=source, connector=CONNECTOR, status=status, observations=stats.lines, nodes=sorted(stats.nodes),
-                   unparsed=stats.bad_lines, files=stats.files, duration_ms=int((time.monotonic() - started) * 1000),
-                   error=f"no file for node(s): {', '.join(missing)}" if missing else None,
-                   details={"matched_lines": stats.hits, "missing_nodes": missing})
-    return cov, {f.ref: f.path for f in files}
+    cov = Coverage(
+        source=ctx.source,
+        connector=CONNECTOR,
+        status=status,
+        observations=stats.lines,
+        nodes=sorted(stats.nodes),
+        unparsed=stats.bad_lines,
+        files=stats.files,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        error=f"no file for node(s): {', '.join(missing)}" if missing else None,
+        details={"matched_lines": stats.hits, "missing_nodes": missing},
+    )
+    return Collected(cov, files={f.ref: f.path for f in files})

@@ -1,16 +1,6 @@
-"""Connectors: get an attempt's evidence from a source into the staging database."""
+"""The failure policy every HTTP connector shares, and the escaping of values inside query strings."""
 
-
-class TransientSourceError(Exception):
-    """A source failed in a way worth retrying (transport error, 429, 5xx).
-
-    `status` is the coverage status to record if every retry fails ('error' or 'timeout').
-    """
-
-    def __init__(self, message: str, status: str = "error"):
-        super().__init__(message)
-        self.status = status
-
+from workload_attribution.contracts.errors import TransientSourceError
 
 MAX_BODY_BYTES = 512 * 1024 * 1024
 
@@ -22,8 +12,14 @@ def escape_double_quoted(value: str) -> str:
     return "".join(f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in out)
 
 
-def http_get(client, path: str, what: str, params: dict | None = None, max_retry_after_s: int = 30,
-             max_bytes: int = MAX_BODY_BYTES):
+def http_get(
+    client,
+    path: str,
+    what: str,
+    params: dict | None = None,
+    max_retry_after_s: int = 30,
+    max_bytes: int = MAX_BODY_BYTES,
+):
     """GET with the failure policy every HTTP connector shares: a timeout or transport error, 429 and
     5xx raise TransientSourceError (the collect task retries those; Retry-After is honoured up to a
     bound first); anything else is returned for the connector to judge.

@@ -9,28 +9,30 @@ bundle's scheduler/*.json files, so rules see identical records whichever way th
 from __future__ import annotations
 
 import os
-import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from attribution.models import AttemptScope, Coverage, CoverageStatus, Observation
-from connectors import http_get
-from connectors import scheduler_records as sr
-from connectors.staging import connect, insert_observations
+from workload_attribution.connectors import scheduler_records as sr
+from workload_attribution.connectors.http import http_get
+from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
+from workload_attribution.contracts.errors import BadInput, SourceError
+from workload_attribution.contracts.identity import K8S_NAME
+from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus, Observation
+from workload_attribution.contracts.staging import connected, insert_observations
 
-if TYPE_CHECKING:   # at run time httpx is imported where a request is made: the offline path never pays for it
+if TYPE_CHECKING:  # at run time httpx is imported where a request is made: the offline path never pays for it
     import httpx
 
 CONNECTOR = "kubernetes"
 KUEUE_API = "/apis/kueue.x-k8s.io/v1beta1"
 
 
-class KueueSource(BaseModel):
+class KueueSource(SourceConfig):
     url: str | None = Field(default=None, description="API server URL (else from kubeconfig)")
     namespace: str = "default"
     token_env: str | None = Field(default="KUBE_TOKEN", description="env var holding a bearer token")
@@ -39,37 +41,51 @@ class KueueSource(BaseModel):
     verify_tls: bool = True
     timeout_s: float = Field(10.0, gt=0)
     max_pages: int = Field(1000, ge=1, description="a workload listing that pages longer than this is an error")
-    pod_selector: str = Field("kueue.x-k8s.io/workload-name={workload}",
-                              description="label selector for the workload's pods; {workload} and {owner} are filled in")
+    pod_selector: str = Field(
+        "kueue.x-k8s.io/workload-name={workload}",
+        description="label selector for the workload's pods; {workload} and {owner} are filled in",
+    )
+
+    def probe(self) -> tuple[str, str, dict[str, str]] | None:
+        if not self.url:
+            return ("path", self.kubeconfig, {}) if self.kubeconfig else None
+        token = os.environ.get(self.token_env or "", "")
+        return "http", self.url.rstrip("/") + "/version", {"Authorization": f"Bearer {token}"} if token else {}
 
 
-class KueueError(ValueError):
-    pass
+class KueueError(SourceError):
+    """The Kubernetes API answered, but not with what was asked: a refusal, an error, an odd body."""
 
 
 class NotFound(KueueError):
     """The API server answered 404: it has no such object (an empty answer, not a failure)."""
 
 
-# RFC 1123 subdomain: what Kubernetes accepts as a namespace or object name; anything else never
-# reaches a URL path or a selector.
-_K8S_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?")
+class NotAKubernetesName(BadInput):
+    """A name Kubernetes could never hold: it never reaches a URL path or a selector."""
+
+
+# RFC 1123 subdomain: what Kubernetes accepts as a namespace or object name.
+_K8S_NAME = K8S_NAME
 
 
 def _name_ok(kind: str, value: str) -> str:
     if not isinstance(value, str) or not _K8S_NAME.fullmatch(value):
-        raise KueueError(f"not a Kubernetes name ({kind}): {value!r}")
+        raise NotAKubernetesName(f"not a Kubernetes name ({kind}): {value!r}")
     return value
 
 
 def _client(src: KueueSource, transport: httpx.BaseTransport | None) -> httpx.Client:
-    url, token, verify = src.url, None, src.verify_tls
+    url, token = src.url, None
+    verify: bool | str = src.verify_tls
     if src.kubeconfig:
         cfg = yaml.safe_load(Path(src.kubeconfig).read_text()) or {}
         ctx_name = cfg.get("current-context")
-        ctx = next((c["context"] for c in cfg.get("contexts", []) if c.get("name") == ctx_name), {})
-        cluster = next((c["cluster"] for c in cfg.get("clusters", []) if c.get("name") == ctx.get("cluster")), {})
-        user = next((u["user"] for u in cfg.get("users", []) if u.get("name") == ctx.get("user")), {})
+        ctx: dict[str, Any] = next((c["context"] for c in cfg.get("contexts", []) if c.get("name") == ctx_name), {})
+        cluster: dict[str, Any] = next(
+            (c["cluster"] for c in cfg.get("clusters", []) if c.get("name") == ctx.get("cluster")), {}
+        )
+        user: dict[str, Any] = next((u["user"] for u in cfg.get("users", []) if u.get("name") == ctx.get("user")), {})
         url = url or cluster.get("server")
         token = user.get("token")
         if cluster.get("certificate-authority"):
@@ -82,8 +98,14 @@ def _client(src: KueueSource, transport: httpx.BaseTransport | None) -> httpx.Cl
         raise KueueError("no API server URL (set url or kubeconfig)")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     import httpx
-    return httpx.Client(base_url=url.rstrip("/"), headers=headers, verify=verify, transport=transport,
-                        timeout=httpx.Timeout(src.timeout_s, connect=min(src.timeout_s, 5.0)))
+
+    return httpx.Client(
+        base_url=url.rstrip("/"),
+        headers=headers,
+        verify=verify,
+        transport=transport,
+        timeout=httpx.Timeout(src.timeout_s, connect=min(src.timeout_s, 5.0)),
+    )
 
 
 def _get(client: httpx.Client, path: str, params: dict | None = None) -> Any:
@@ -107,22 +129,27 @@ def _ts(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
 
-def fetch(src: KueueSource, workload: str, transport: httpx.BaseTransport | None = None) -> dict[str, Any]:
-    """The Workload, its pods, their nodes and its events, as Kubernetes returns them."""
-    ns, workload = _name_ok("namespace", src.namespace), _name_ok("workload", workload)
+def fetch(src: KueueSource, job_id: str, transport: httpx.BaseTransport | None = None) -> dict[str, Any]:
+    """The Workload `[namespace/]name` (the configured namespace by default), its pods, their nodes
+    and its events, as Kubernetes returns them."""
+    namespace, _, workload = job_id.rpartition("/")
+    ns, workload = _name_ok("namespace", namespace or src.namespace), _name_ok("workload", workload)
     with _client(src, transport) as client:
         wl = _get(client, f"{KUEUE_API}/namespaces/{ns}/workloads/{workload}")
         owners = (wl.get("metadata") or {}).get("ownerReferences") or [{}]
         owner = owners[0].get("name") if _K8S_NAME.fullmatch(str(owners[0].get("name"))) else workload
         selector = src.pod_selector.format(workload=workload, owner=owner)
         pods = _get(client, f"/api/v1/namespaces/{ns}/pods", {"labelSelector": selector})
-        events = _get(client, f"/api/v1/namespaces/{ns}/events",
-                      {"fieldSelector": f"involvedObject.kind=Workload,involvedObject.name={workload}"})
-        names = sorted({(p.get("spec") or {}).get("nodeName") for p in pods.get("items", [])} - {None})
-        nodes = {"apiVersion": "v1", "kind": "List", "items": []}
+        events = _get(
+            client,
+            f"/api/v1/namespaces/{ns}/events",
+            {"fieldSelector": f"involvedObject.kind=Workload,involvedObject.name={workload}"},
+        )
+        names = sorted(n for n in {(p.get("spec") or {}).get("nodeName") for p in pods.get("items", [])} if n)
+        nodes: dict[str, Any] = {"apiVersion": "v1", "kind": "List", "items": []}
         for n in names:
             if not _K8S_NAME.fullmatch(n):
-                continue   # not a name Kubernetes could hold: never put into a URL
+                continue  # not a name Kubernetes could hold: never put into a URL
             try:
                 nodes["items"].append(_get(client, f"/api/v1/nodes/{n}"))
             except KueueError:
@@ -135,48 +162,84 @@ def scope_from(objects: dict[str, Any], cluster: str) -> AttemptScope:
     wl = objects["workload"]
     meta, status = wl.get("metadata") or {}, wl.get("status") or {}
     conds = {c.get("type"): c for c in status.get("conditions") or []}
-    nodes = sorted({(p.get("spec") or {}).get("nodeName") for p in objects["pods"].get("items", [])} - {None})
+    nodes = sorted(n for n in {(p.get("spec") or {}).get("nodeName") for p in objects["pods"].get("items", [])} if n)
     if not nodes:
         raise KueueError(f"workload {meta.get('name')}: no pod has a node; nothing ran")
     start = _ts((conds.get("PodsReady") or conds.get("Admitted") or {}).get("lastTransitionTime"))
     ended = conds.get("Finished") or conds.get("Evicted") or {}
     end = _ts(ended.get("lastTransitionTime")) or datetime.now(timezone.utc)
-    state = "Evicted" if conds.get("Evicted", {}).get("status") == "True" else (
-        f"Finished:{ended.get('reason')}" if ended else "Running")
-    codes = [((cs.get("state") or {}).get("terminated") or {}).get("exitCode")
-             for p in objects["pods"].get("items", []) for cs in (p.get("status") or {}).get("containerStatuses") or []]
+    state = (
+        "Evicted"
+        if conds.get("Evicted", {}).get("status") == "True"
+        else (f"Finished:{ended.get('reason')}" if ended else "Running")
+    )
+    codes = [
+        ((cs.get("state") or {}).get("terminated") or {}).get("exitCode")
+        for p in objects["pods"].get("items", [])
+        for cs in (p.get("status") or {}).get("containerStatuses") or []
+    ]
     exit_code = next((str(c) for c in codes if c not in (None, 0)), "0" if codes else None)
-    return AttemptScope(cluster=cluster, scheduler="kueue", job_id=meta.get("name"),
-                        attempt=int(((status.get("requeueState") or {}).get("count")) or 0), nodes=nodes,
-                        start=start or end, end=end, state=state, exit_code=exit_code)
+    job_id = f"{meta['namespace']}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
+    return AttemptScope(
+        cluster=cluster,
+        scheduler="kueue",
+        job_id=job_id,
+        attempt=int(((status.get("requeueState") or {}).get("count")) or 0),
+        nodes=nodes,
+        start=start or end,
+        end=end,
+        state=state,
+        exit_code=exit_code,
+    )
 
 
-def collect(src: KueueSource, scope: AttemptScope, staging: str, transport: httpx.BaseTransport | None = None,
-            objects: dict[str, Any] | None = None) -> Coverage:
+@register(CONNECTOR, KueueSource, kind="scheduler")
+def collect(ctx: CollectContext[KueueSource]) -> Collected:
+    """The Workload, its pods, their nodes and events (source `kueue`)."""
     started = time.monotonic()
+    src, scope = ctx.config, ctx.scope
     try:
-        objects = objects or fetch(src, scope.job_id, transport)
-    except KueueError as exc:   # the workload itself gone (404) is an empty answer; anything else an error
-        return Coverage(source="kueue", connector=CONNECTOR,
-                        status=CoverageStatus.empty if isinstance(exc, NotFound) else CoverageStatus.error, error=str(exc),
-                        duration_ms=int((time.monotonic() - started) * 1000))
+        objects = fetch(src, scope.job_id, ctx.transport)
+    except (KueueError, NotAKubernetesName) as exc:  # the workload gone (404) is an empty answer; else an error
+        return Collected(
+            Coverage(
+                source=ctx.source,
+                connector=CONNECTOR,
+                status=CoverageStatus.empty if isinstance(exc, NotFound) else CoverageStatus.error,
+                error=str(exc),
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
+        )
+    return store(ctx, objects, started)
+
+
+def store(ctx: CollectContext[KueueSource], objects: dict[str, Any], started: float | None = None) -> Collected:
+    """Stage objects already fetched (by `fetch`, or by a scope step that read them first)."""
+    started = time.monotonic() if started is None else started
+    src, scope = ctx.config, ctx.scope
     obs: list[Observation] = []
-    ref = f"kubernetes:{src.namespace}"
-    obs += sr.workload_observations(objects["workload"], f"{ref}/workloads/{scope.job_id}", CONNECTOR)
+    namespace, _, name = scope.job_id.rpartition("/")
+    ref = f"kubernetes:{namespace or src.namespace}"
+    obs += sr.workload_observations(objects["workload"], f"{ref}/workloads/{name}", CONNECTOR)
     obs += sr.pod_observations(objects["pods"], f"{ref}/pods", CONNECTOR)
     obs += sr.event_observations(objects["events"], f"{ref}/events", CONNECTOR)
     obs += sr.node_observations(objects["nodes"], "kubernetes:nodes", CONNECTOR)
-    con = connect(staging)
-    try:
+    with connected(ctx.staging) as con:
         insert_observations(con, obs)
-    finally:
-        con.close()
-    missing_nodes = sorted(set(scope.nodes) - {(n.get("metadata") or {}).get("name") for n in objects["nodes"]["items"]})
-    return Coverage(source="kueue", connector=CONNECTOR,
-                    status=CoverageStatus.partial if missing_nodes else CoverageStatus.ok,
-                    observations=len(obs), nodes=sorted(set(scope.nodes) - set(missing_nodes)),
-                    duration_ms=int((time.monotonic() - started) * 1000),
-                    details={"pods": len(objects["pods"].get("items", [])), "nodes_not_found": missing_nodes})
+    missing_nodes = sorted(
+        set(scope.nodes) - {(n.get("metadata") or {}).get("name") for n in objects["nodes"]["items"]}
+    )
+    return Collected(
+        Coverage(
+            source=ctx.source,
+            connector=CONNECTOR,
+            status=CoverageStatus.partial if missing_nodes else CoverageStatus.ok,
+            observations=len(obs),
+            nodes=sorted(set(scope.nodes) - set(missing_nodes)),
+            duration_ms=int((time.monotonic() - started) * 1000),
+            details={"pods": len(objects["pods"].get("items", [])), "nodes_not_found": missing_nodes},
+        )
+    )
 
 
 def ended_badly(conditions: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -192,8 +255,9 @@ def ended_badly(conditions: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-def discover_failed(src: KueueSource, start: datetime, end: datetime,
-                    transport: httpx.BaseTransport | None = None, page_size: int = 500) -> list[dict[str, Any]]:
+def discover_failed(
+    src: KueueSource, start: datetime, end: datetime, transport: httpx.BaseTransport | None = None, page_size: int = 500
+) -> list[dict[str, Any]]:
     """Workloads of the namespace whose attempt ended badly inside [start, end), following the
     list's `continue` tokens (bounded: a server that never stops paging is an error)."""
     out, token, seen = [], None, set()
@@ -204,12 +268,17 @@ def discover_failed(src: KueueSource, start: datetime, end: datetime,
             page = _get(client, f"{KUEUE_API}/namespaces/{src.namespace}/workloads", params)
             for wl in page.get("items") or []:
                 status = wl.get("status") or {}
-                cond = ended_badly(status.get("conditions"))
+                cond = ended_badly(status.get("conditions") or [])
                 t = _ts(cond.get("lastTransitionTime")) if cond else None
                 if t and start <= t < end:
-                    out.append({"job_id": f"{src.namespace}/{(wl.get('metadata') or {}).get('name')}",
-                                "attempt": int((status.get("requeueState") or {}).get("count") or 0),
-                                "end": t, "reason": cond.get("reason")})
+                    out.append(
+                        {
+                            "job_id": f"{src.namespace}/{(wl.get('metadata') or {}).get('name')}",
+                            "attempt": int((status.get("requeueState") or {}).get("count") or 0),
+                            "end": t,
+                            "reason": cond.get("reason") if cond else None,
+                        }
+                    )
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return sorted(out, key=lambda w: w["end"])

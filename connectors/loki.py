@@ -13,22 +13,24 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timedelta
-from typing import Literal, TYPE_CHECKING
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from attribution.models import AttemptScope, Coverage, CoverageStatus
-from connectors import escape_double_quoted, http_get
-from connectors.staging import MAX_TEXT, connect
+from workload_attribution.connectors.http import escape_double_quoted, http_get
+from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
+from workload_attribution.contracts.lines import Line, stage_lines
+from workload_attribution.contracts.models import Coverage, CoverageStatus
+from workload_attribution.contracts.staging import connected
 
-if TYPE_CHECKING:   # at run time httpx is imported where a request is made: the offline path never pays for it
+if TYPE_CHECKING:  # at run time httpx is imported where a request is made: the offline path never pays for it
     import httpx
 
 CONNECTOR = "loki"
 
 
-class LokiSource(BaseModel):
+class LokiSource(SourceConfig):
     connector: Literal["loki"] = "loki"
     url: str
     source: str = Field("", description="which source these lines are (app, syslog, ...); the config key by default")
@@ -42,6 +44,9 @@ class LokiSource(BaseModel):
     margin_s: float = Field(300.0, ge=0)
     tenant: str | None = Field(default=None, description="X-Scope-OrgID")
     push_prefilter: bool = True
+
+    def probe(self) -> tuple[str, str, dict[str, str]]:
+        return "http", self.url.rstrip("/") + "/ready", {"X-Scope-OrgID": self.tenant} if self.tenant else {}
 
 
 def logql_string(value: str) -> str:
@@ -65,8 +70,12 @@ def _ns(t: datetime) -> int:
 
 
 def _page(client: httpx.Client, src: LokiSource, query: str, start_ns: int, end_ns: int) -> list[tuple[dict, int, str]]:
-    r = http_get(client, "/loki/api/v1/query_range", f"loki {src.source}",
-                 {"query": query, "start": start_ns, "end": end_ns, "limit": src.limit, "direction": "forward"})
+    r = http_get(
+        client,
+        "/loki/api/v1/query_range",
+        f"loki {src.source}",
+        {"query": query, "start": start_ns, "end": end_ns, "limit": src.limit, "direction": "forward"},
+    )
     if r.status_code >= 400:
         raise ValueError(f"HTTP {r.status_code}: {r.text.strip()[:200]}")
     try:
@@ -87,8 +96,9 @@ def _page(client: httpx.Client, src: LokiSource, query: str, start_ns: int, end_
 def _streams(client: httpx.Client, src: LokiSource, selector: str, start_ns: int, end_ns: int) -> set[str]:
     """Hosts that have a stream in the window (/loki/api/v1/series): coverage must know who logged
     at all, even when the pushed-down line filter returns nothing for a host."""
-    r = http_get(client, "/loki/api/v1/series", f"loki {src.source}",
-                 {"match[]": selector, "start": start_ns, "end": end_ns})
+    r = http_get(
+        client, "/loki/api/v1/series", f"loki {src.source}", {"match[]": selector, "start": start_ns, "end": end_ns}
+    )
     if r.status_code >= 400:
         raise ValueError(f"HTTP {r.status_code}: {r.text.strip()[:200]}")
     try:
@@ -97,21 +107,26 @@ def _streams(client: httpx.Client, src: LokiSource, selector: str, start_ns: int
         raise ValueError(f"body is not a Loki series answer ({exc})") from None
 
 
-def collect(src: LokiSource, scope: AttemptScope, staging: str, prefilter: list[str],
-            transport: httpx.BaseTransport | None = None) -> Coverage:
+@register(CONNECTOR, LokiSource)
+def collect(ctx: CollectContext[LokiSource]) -> Collected:
     started = time.monotonic()
+    src = ctx.config.model_copy(update={"source": ctx.config.source or ctx.source})
+    scope, prefilter = ctx.scope, list(ctx.prefilter)
     selector = render_selector(src.selector, scope.nodes)
     query = selector + (line_filter(prefilter) if src.push_prefilter else "")
     start = scope.start - timedelta(seconds=src.lookback_s)
     end = scope.end + timedelta(seconds=src.margin_s)
     headers = {"X-Scope-OrgID": src.tenant} if src.tenant else {}
-    lines: list[tuple[str, int, str]] = []   # (host, ns, line)
+    lines: list[tuple[str, int, str]] = []  # (host, ns, line)
     truncated_windows = 0
     error = None
     import httpx
+
     timeout = httpx.Timeout(src.timeout_s, connect=min(src.timeout_s, 5.0))
     streams: set[str] = set()
-    with httpx.Client(base_url=src.url.rstrip("/"), timeout=timeout, headers=headers, transport=transport) as client:
+    with httpx.Client(
+        base_url=src.url.rstrip("/"), timeout=timeout, headers=headers, transport=ctx.transport
+    ) as client:
         series_error = None
         try:
             streams = _streams(client, src, selector, _ns(start), _ns(end))
@@ -122,15 +137,18 @@ def collect(src: LokiSource, scope: AttemptScope, staging: str, prefilter: list[
             w_end = min(end, w_start + timedelta(seconds=src.max_window_s))
             cursor, stop_ns = _ns(w_start), _ns(w_end)
             seen_at_cursor: set[tuple[str, str]] = set()
-            for page_no in range(src.max_pages):
+            for _ in range(src.max_pages):
                 try:
                     page = _page(client, src, query, cursor, stop_ns)
                 except ValueError as exc:
                     error = str(exc)
                     break
                 page.sort(key=lambda x: x[1])
-                fresh = [(lab, ts, line) for lab, ts, line in page
-                         if not (ts == cursor and (lab.get(src.host_label, ""), line) in seen_at_cursor)]
+                fresh = [
+                    (lab, ts, line)
+                    for lab, ts, line in page
+                    if not (ts == cursor and (lab.get(src.host_label, ""), line) in seen_at_cursor)
+                ]
                 for lab, ts, line in fresh:
                     lines.append((lab.get(src.host_label) or "", ts, line))
                 if len(page) < src.limit or not page:
@@ -145,7 +163,7 @@ def collect(src: LokiSource, scope: AttemptScope, staging: str, prefilter: list[
             else:
                 truncated_windows += 1
             w_start = w_end
-    _store(staging, src, lines)
+    _store(ctx.staging, src, lines)
     nodes = sorted(({h for h, _, _ in lines} | streams) - {""})
     missing = sorted(set(scope.nodes) - set(nodes))
     if error and not lines:
@@ -156,28 +174,42 @@ def collect(src: LokiSource, scope: AttemptScope, staging: str, prefilter: list[
         status = CoverageStatus.empty
     else:
         status = CoverageStatus.ok
-    return Coverage(source=src.source, connector=CONNECTOR, status=status, observations=len(lines), nodes=nodes,
-                    error=error or series_error, duration_ms=int((time.monotonic() - started) * 1000),
-                    details={"query": query, "hosts_without_streams": missing, "matched_lines": len(lines), "truncated_windows": truncated_windows,
-                             "prefilter_pushed_down": src.push_prefilter})
+    return Collected(
+        Coverage(
+            source=src.source,
+            connector=CONNECTOR,
+            status=status,
+            observations=len(lines),
+            nodes=nodes,
+            error=error or series_error,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            details={
+                "query": query,
+                "hosts_without_streams": missing,
+                "matched_lines": len(lines),
+                "truncated_windows": truncated_windows,
+                "prefilter_pushed_down": src.push_prefilter,
+            },
+        )
+    )
 
 
 def _store(staging: str, src: LokiSource, lines: list[tuple[str, int, str]]) -> None:
-    """One source_files row per host stream; lines numbered in time order; Loki's time as collector_time."""
+    """One stream per host; lines numbered in time order; Loki's time as the collector time."""
     by_host: dict[str, list[tuple[int, str]]] = {}
     for host, ts, line in lines:
         by_host.setdefault(host, []).append((ts, line))
-    con = connect(staging)
-    try:
+    with connected(staging) as con:
         for host, items in sorted(by_host.items()):
             items.sort()
-            fid = con.execute("SELECT nextval('file_seq')").fetchone()[0]
-            ref = f'loki:{src.source}{{{src.host_label}="{host}"}}'
-            con.execute("INSERT INTO source_files VALUES (?, ?, ?, ?, ?, ?, 0, 0, NULL)",
-                        [fid, src.source, CONNECTOR, host or None, ref, len(items)])
-            con.execute(
-                "INSERT INTO raw_lines SELECT $f, unnest($n), unnest($l), NULL, make_timestamp(unnest($t) // 1000)",
-                {"f": fid, "n": list(range(1, len(items) + 1)), "l": [x[1][:MAX_TEXT] for x in items],
-                 "t": [x[0] for x in items]})
-    finally:
-        con.close()
+            stage_lines(
+                con,
+                src.source,
+                CONNECTOR,
+                host or None,
+                f'loki:{src.source}{{{src.host_label}="{host}"}}',
+                [
+                    Line(text, i, datetime.fromtimestamp(ts / 1e9, timezone.utc))
+                    for i, (ts, text) in enumerate(items, 1)
+                ],
+            )

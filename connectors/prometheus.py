@@ -15,15 +15,16 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Literal, TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from attribution.models import AttemptScope, Coverage, CoverageStatus, Observation
-from connectors import escape_double_quoted, http_get
-from connectors.staging import connect, insert_observations
+from workload_attribution.connectors.http import escape_double_quoted, http_get
+from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
+from workload_attribution.contracts.models import Coverage, CoverageStatus, Observation
+from workload_attribution.contracts.staging import connected, insert_observations
 
-if TYPE_CHECKING:   # at run time httpx is imported where a request is made: the offline path never pays for it
+if TYPE_CHECKING:  # at run time httpx is imported where a request is made: the offline path never pays for it
     import httpx
 
 CONNECTOR = "prometheus"
@@ -39,7 +40,7 @@ DEFAULT_QUERIES = {
 DEFAULT_HOST_LABELS = ["Hostname", "hostname", "instance", "node", "host", "nodename"]
 
 
-class PrometheusSource(BaseModel):
+class PrometheusSource(SourceConfig):
     connector: Literal["prometheus"] = "prometheus"
     url: str
     timeout_s: float = Field(10.0, gt=0)
@@ -48,6 +49,9 @@ class PrometheusSource(BaseModel):
     queries: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_QUERIES))
     host_labels: list[str] = Field(default_factory=lambda: list(DEFAULT_HOST_LABELS))
     headers: dict[str, str] = Field(default_factory=dict)
+
+    def probe(self) -> tuple[str, str, dict[str, str]]:
+        return "http", self.url.rstrip("/") + "/-/ready", self.headers
 
 
 def promql_regex_string(values: list[str]) -> str:
@@ -58,8 +62,7 @@ def promql_regex_string(values: list[str]) -> str:
 
 def render_query(expr: str, hosts: list[str]) -> str:
     alt = promql_regex_string(hosts)
-    return (expr.replace("{hosts_with_port}", f"(?:{alt})(?::[0-9]+)?")
-                .replace("{hosts}", f"(?:{alt})"))
+    return expr.replace("{hosts_with_port}", f"(?:{alt})(?::[0-9]+)?").replace("{hosts}", f"(?:{alt})")
 
 
 def choose_step(start: datetime, end: datetime, minimum_s: int = 15) -> int:
@@ -83,11 +86,16 @@ class QueryResult:
     error: str | None = None
 
 
-def _query(client: httpx.Client, src: PrometheusSource, name: str, expr: str, start: datetime, end: datetime,
-           step: int) -> tuple[QueryResult, list[Observation]]:
+def _query(
+    client: httpx.Client, src: PrometheusSource, name: str, expr: str, start: datetime, end: datetime, step: int
+) -> tuple[QueryResult, list[Observation]]:
     res = QueryResult(name)
-    r = http_get(client, "/api/v1/query_range", f"prometheus {name}",
-                 {"query": expr, "start": start.timestamp(), "end": end.timestamp(), "step": step})
+    r = http_get(
+        client,
+        "/api/v1/query_range",
+        f"prometheus {name}",
+        {"query": expr, "start": start.timestamp(), "end": end.timestamp(), "step": step},
+    )
     try:
         body = r.json()
     except ValueError:
@@ -119,32 +127,45 @@ def _query(client: httpx.Client, src: PrometheusSource, name: str, expr: str, st
                 t = datetime.fromtimestamp(float(ts), tz=timezone.utc)
             except (TypeError, ValueError):
                 continue
-            obs.append(Observation(source="metrics", connector=CONNECTOR, kind="sample", node=node, time=t,
-                                   text=f"{name_}{label_text} {value} @{ts}", series=name_ + label_text, value=v,
-                                   path=f"prometheus:{name}", attrs={"__name__": name_, "labels": labels}))
+            obs.append(
+                Observation(
+                    source="metrics",
+                    connector=CONNECTOR,
+                    kind="sample",
+                    node=node,
+                    time=t,
+                    text=f"{name_}{label_text} {value} @{ts}",
+                    series=name_ + label_text,
+                    value=v,
+                    path=f"prometheus:{name}",
+                    attrs={"__name__": name_, "labels": labels},
+                )
+            )
             res.samples += 1
     return res, obs
 
 
-def collect(src: PrometheusSource, scope: AttemptScope, staging: str, transport: httpx.BaseTransport | None = None) -> Coverage:
+@register(CONNECTOR, PrometheusSource)
+def collect(ctx: CollectContext[PrometheusSource]) -> Collected:
     started = time.monotonic()
+    src, scope = ctx.config, ctx.scope
     start = scope.start - timedelta(seconds=src.lookback_s)
     end = scope.end + timedelta(seconds=src.margin_s)
     step = choose_step(start, end)
     results: list[QueryResult] = []
     obs: list[Observation] = []
     import httpx
+
     timeout = httpx.Timeout(src.timeout_s, connect=min(src.timeout_s, 5.0))
-    with httpx.Client(base_url=src.url.rstrip("/"), timeout=timeout, headers=src.headers, transport=transport) as client:
+    with httpx.Client(
+        base_url=src.url.rstrip("/"), timeout=timeout, headers=src.headers, transport=ctx.transport
+    ) as client:
         for name, expr in src.queries.items():
             res, got = _query(client, src, name, render_query(expr, scope.nodes), start, end, step)
             results.append(res)
             obs.extend(got)
-    con = connect(staging)
-    try:
+    with connected(ctx.staging) as con:
         insert_observations(con, obs)
-    finally:
-        con.close()
     failed = [r for r in results if r.error]
     warnings = [w for r in results for w in r.warnings]
     nodes = sorted({o.node for o in obs if o.node})
@@ -156,8 +177,20 @@ def collect(src: PrometheusSource, scope: AttemptScope, staging: str, transport:
         status = CoverageStatus.empty
     else:
         status = CoverageStatus.ok
-    return Coverage(source="metrics", connector=CONNECTOR, status=status, observations=len(obs), nodes=nodes,
-                    unparsed=len(failed), error="; ".join(f"{r.name}: {r.error}" for r in failed) or None,
-                    duration_ms=int((time.monotonic() - started) * 1000),
-                    details={"step_s": step, "warnings": warnings,
-                             "queries": {r.name: {"series": r.series, "samples": r.samples} for r in results}})
+    return Collected(
+        Coverage(
+            source=ctx.source,
+            connector=CONNECTOR,
+            status=status,
+            observations=len(obs),
+            nodes=nodes,
+            unparsed=len(failed),
+            error="; ".join(f"{r.name}: {r.error}" for r in failed) or None,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            details={
+                "step_s": step,
+                "warnings": warnings,
+                "queries": {r.name: {"series": r.series, "samples": r.samples} for r in results},
+            },
+        )
+    )

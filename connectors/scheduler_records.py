@@ -9,11 +9,12 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from attribution.models import Observation
-from connectors.hostlist import expand_hostlist
+from workload_attribution.contracts.errors import SourceError
+from workload_attribution.contracts.hostlist import expand_hostlist
+from workload_attribution.contracts.models import Observation
 
 
-class RecordError(ValueError):
+class RecordError(SourceError):
     """The document is not what it claims to be (wrong shape, another job)."""
 
 
@@ -32,8 +33,11 @@ def _exit(value: Any) -> dict[str, Any]:
         if isinstance(rc, dict):
             rc = rc.get("number")
         sig = value.get("signal") or {}
-        return {"status": value.get("status"), "return_code": rc,
-                "signal": sig.get("signal_id") if isinstance(sig, dict) else None}
+        return {
+            "status": value.get("status"),
+            "return_code": rc,
+            "signal": sig.get("signal_id") if isinstance(sig, dict) else None,
+        }
     if isinstance(value, int):  # /slurm endpoints: raw wait status
         return {"status": "RAW", "return_code": value >> 8, "signal": value & 0x7F}
     return {"status": None, "return_code": None, "signal": None}
@@ -47,7 +51,9 @@ def _state(value: Any) -> str:
     return str(value or "UNKNOWN")
 
 
-def sacct_observations(doc: Any, job_id: str, path: str, connector: str = "bundle") -> tuple[list[Observation], dict[str, Any]]:
+def sacct_observations(
+    doc: Any, job_id: str, path: str, connector: str = "bundle"
+) -> tuple[list[Observation], dict[str, Any]]:
     """`sacct --json` (or /slurmdb/.../job) -> a job record, its step records and facts about them."""
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
         raise RecordError("not a sacct --json document: no 'jobs' list")
@@ -67,30 +73,58 @@ def sacct_observations(doc: Any, job_id: str, path: str, connector: str = "bundl
         exit_code = _exit(job.get("exit_code"))
         nodes = expand_hostlist(job.get("nodes"))
         attrs = {
-            "job_id": str(job.get("job_id")), "name": job.get("name"), "state": state,
+            "job_id": str(job.get("job_id")),
+            "name": job.get("name"),
+            "state": state,
             "reason": (job.get("state") or {}).get("reason") if isinstance(job.get("state"), dict) else None,
-            "exit_code": exit_code, "nodes": nodes, "cluster": job.get("cluster"),
-            "start": _epoch(t.get("start")), "end": _epoch(t.get("end")),
-            "restarts": job.get("restart_cnt"), "slurm_release": release,
+            "exit_code": exit_code,
+            "nodes": nodes,
+            "cluster": job.get("cluster"),
+            "start": _epoch(t.get("start")),
+            "end": _epoch(t.get("end")),
+            "restarts": job.get("restart_cnt"),
+            "slurm_release": release,
             "requeue": (job.get("flags") or []),
         }
-        obs.append(Observation(
-            source="sacct", connector=connector, kind="sacct_job", time=attrs["end"] or attrs["start"],
-            text=f"job {attrs['job_id']} state={state} exit={exit_code.get('status')}:{exit_code.get('return_code')} nodes={job.get('nodes')}",
-            path=path, attrs=attrs))
+        obs.append(
+            Observation(
+                source="sacct",
+                connector=connector,
+                kind="sacct_job",
+                time=attrs["end"] or attrs["start"],
+                text=f"job {attrs['job_id']} state={state} "
+                f"exit={exit_code.get('status')}:{exit_code.get('return_code')} nodes={job.get('nodes')}",
+                path=path,
+                attrs=attrs,
+            )
+        )
         facts.update(state=state, nodes=nodes, start=attrs["start"], end=attrs["end"], exit_code=exit_code)
         for step in job.get("steps") or []:
             st = step.get("step") or {}
             step_id = st.get("id") if not isinstance(st.get("id"), dict) else st["id"].get("step_id")
             snodes = (step.get("nodes") or {}).get("list") or expand_hostlist((step.get("nodes") or {}).get("range"))
             stime = step.get("time") or {}
-            sattrs = {"job_id": attrs["job_id"], "step_id": str(step_id), "name": st.get("name"),
-                      "state": _state(step.get("state")), "exit_code": _exit(step.get("exit_code")),
-                      "nodes": snodes, "start": _epoch(stime.get("start")), "end": _epoch(stime.get("end"))}
-            obs.append(Observation(
-                source="sacct", connector=connector, kind="sacct_step", time=sattrs["end"] or sattrs["start"],
-                text=f"step {attrs['job_id']}.{sattrs['step_id']} ({sattrs['name']}) state={sattrs['state']}",
-                path=path, attrs=sattrs))
+            sattrs = {
+                "job_id": attrs["job_id"],
+                "step_id": str(step_id),
+                "name": st.get("name"),
+                "state": _state(step.get("state")),
+                "exit_code": _exit(step.get("exit_code")),
+                "nodes": snodes,
+                "start": _epoch(stime.get("start")),
+                "end": _epoch(stime.get("end")),
+            }
+            obs.append(
+                Observation(
+                    source="sacct",
+                    connector=connector,
+                    kind="sacct_step",
+                    time=sattrs["end"] or sattrs["start"],
+                    text=f"step {attrs['job_id']}.{sattrs['step_id']} ({sattrs['name']}) state={sattrs['state']}",
+                    path=path,
+                    attrs=sattrs,
+                )
+            )
     return obs, facts
 
 
@@ -102,6 +136,7 @@ def latest_record(jobs: list[dict[str, Any]]) -> dict[str, Any]:
             if when:
                 return when.timestamp()
         return 0.0
+
     return max(jobs, key=submitted)
 
 
@@ -129,11 +164,18 @@ def workload_observations(doc: Any, path: str, connector: str = "bundle") -> lis
     for wl in _items(doc, "workload"):
         name = (wl.get("metadata") or {}).get("name")
         for c in (wl.get("status") or {}).get("conditions") or []:
-            obs.append(Observation(
-                source="kueue", connector=connector, kind="workload_condition",
-                time=_k8s_time(c.get("lastTransitionTime")),
-                text=f"Workload {name} {c.get('type')}={c.get('status')} reason={c.get('reason')}: {c.get('message') or ''}",
-                path=path, attrs={"workload": name, **{k: c.get(k) for k in ("type", "status", "reason", "message")}}))
+            obs.append(
+                Observation(
+                    source="kueue",
+                    connector=connector,
+                    kind="workload_condition",
+                    time=_k8s_time(c.get("lastTransitionTime")),
+                    text=f"Workload {name} {c.get('type')}={c.get('status')} reason={c.get('reason')}: "
+                    f"{c.get('message') or ''}",
+                    path=path,
+                    attrs={"workload": name, **{k: c.get(k) for k in ("type", "status", "reason", "message")}},
+                )
+            )
     return obs
 
 
@@ -146,20 +188,41 @@ def pod_observations(doc: Any, path: str, connector: str = "bundle") -> list[Obs
             term = ((cs.get("state") or {}).get("terminated")) or ((cs.get("lastState") or {}).get("terminated"))
             if not term:
                 continue
-            obs.append(Observation(
-                source="kueue", connector=connector, kind="pod_terminated", node=node,
-                time=_k8s_time(term.get("finishedAt")),
-                text=f"pod {meta.get('name')} container {cs.get('name')} terminated reason={term.get('reason')} exitCode={term.get('exitCode')}",
-                path=path, attrs={"pod": meta.get("name"), "container": cs.get("name"), "reason": term.get("reason"),
-                                  "exit_code": term.get("exitCode"), "phase": status.get("phase"),
-                                  "pod_reason": status.get("reason")}))
+            obs.append(
+                Observation(
+                    source="kueue",
+                    connector=connector,
+                    kind="pod_terminated",
+                    node=node,
+                    time=_k8s_time(term.get("finishedAt")),
+                    text=f"pod {meta.get('name')} container {cs.get('name')} terminated reason={term.get('reason')} "
+                    f"exitCode={term.get('exitCode')}",
+                    path=path,
+                    attrs={
+                        "pod": meta.get("name"),
+                        "container": cs.get("name"),
+                        "reason": term.get("reason"),
+                        "exit_code": term.get("exitCode"),
+                        "phase": status.get("phase"),
+                        "pod_reason": status.get("reason"),
+                    },
+                )
+            )
         for c in status.get("conditions") or []:
             if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
-                obs.append(Observation(
-                    source="kueue", connector=connector, kind="pod_disruption", node=node,
-                    time=_k8s_time(c.get("lastTransitionTime")),
-                    text=f"pod {meta.get('name')} DisruptionTarget reason={c.get('reason')}: {c.get('message') or ''}",
-                    path=path, attrs={"pod": meta.get("name"), "reason": c.get("reason"), "message": c.get("message")}))
+                obs.append(
+                    Observation(
+                        source="kueue",
+                        connector=connector,
+                        kind="pod_disruption",
+                        node=node,
+                        time=_k8s_time(c.get("lastTransitionTime")),
+                        text=f"pod {meta.get('name')} DisruptionTarget reason={c.get('reason')}: "
+                        f"{c.get('message') or ''}",
+                        path=path,
+                        attrs={"pod": meta.get("name"), "reason": c.get("reason"), "message": c.get("message")},
+                    )
+                )
     return obs
 
 
@@ -168,12 +231,25 @@ def event_observations(doc: Any, path: str, connector: str = "bundle") -> list[O
     for ev in _items(doc, "events"):
         io = ev.get("involvedObject") or ev.get("regarding") or {}
         when = ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp")
-        obs.append(Observation(
-            source="kueue", connector=connector, kind="k8s_event",
-            node=io.get("name") if io.get("kind") == "Node" else None, time=_k8s_time(when),
-            text=f"{ev.get('type')} {ev.get('reason')} {io.get('kind')}/{io.get('name')}: {ev.get('message') or ''}",
-            path=path, attrs={"type": ev.get("type"), "reason": ev.get("reason"), "kind": io.get("kind"),
-                              "name": io.get("name"), "message": ev.get("message")}))
+        obs.append(
+            Observation(
+                source="kueue",
+                connector=connector,
+                kind="k8s_event",
+                node=io.get("name") if io.get("kind") == "Node" else None,
+                time=_k8s_time(when),
+                text=f"{ev.get('type')} {ev.get('reason')} {io.get('kind')}/{io.get('name')}: "
+                f"{ev.get('message') or ''}",
+                path=path,
+                attrs={
+                    "type": ev.get("type"),
+                    "reason": ev.get("reason"),
+                    "kind": io.get("kind"),
+                    "name": io.get("name"),
+                    "message": ev.get("message"),
+                },
+            )
+        )
     return obs
 
 
@@ -182,9 +258,17 @@ def node_observations(doc: Any, path: str, connector: str = "bundle") -> list[Ob
     for node in _items(doc, "nodes"):
         name = (node.get("metadata") or {}).get("name")
         for c in (node.get("status") or {}).get("conditions") or []:
-            obs.append(Observation(
-                source="kueue", connector=connector, kind="node_condition", node=name,
-                time=_k8s_time(c.get("lastTransitionTime")),
-                text=f"node {name} {c.get('type')}={c.get('status')} reason={c.get('reason')}: {c.get('message') or ''}",
-                path=path, attrs={k: c.get(k) for k in ("type", "status", "reason", "message")}))
+            obs.append(
+                Observation(
+                    source="kueue",
+                    connector=connector,
+                    kind="node_condition",
+                    node=name,
+                    time=_k8s_time(c.get("lastTransitionTime")),
+                    text=f"node {name} {c.get('type')}={c.get('status')} reason={c.get('reason')}: "
+                    f"{c.get('message') or ''}",
+                    path=path,
+                    attrs={k: c.get(k) for k in ("type", "status", "reason", "message")},
+                )
+            )
     return obs

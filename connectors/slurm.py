@@ -15,17 +15,20 @@ import re
 import subprocess
 import time
 from datetime import datetime, timezone
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from attribution.models import AttemptScope, Coverage, CoverageStatus
-from connectors import TransientSourceError, http_get
-from connectors import scheduler_records as sr
-from connectors.hostlist import expand_hostlist
-from connectors.staging import connect, insert_observations
+from workload_attribution.connectors import scheduler_records as sr
+from workload_attribution.connectors.http import http_get
+from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
+from workload_attribution.contracts.errors import BadInput, SourceError, TransientSourceError, first_line
+from workload_attribution.contracts.hostlist import expand_hostlist
+from workload_attribution.contracts.identity import SLURM_JOB_ID
+from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus
+from workload_attribution.contracts.staging import connected, insert_observations
 
-if TYPE_CHECKING:   # at run time httpx is imported where a request is made: the offline path never pays for it
+if TYPE_CHECKING:  # at run time httpx is imported where a request is made: the offline path never pays for it
     import httpx
 
 CONNECTOR = "slurm"
@@ -33,8 +36,12 @@ KNOWN_VERSIONS = ["v0.0.41", "v0.0.40", "v0.0.39", "v0.0.38"]
 FAILED_STATES = ["FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "PREEMPTED", "BOOT_FAIL", "DEADLINE"]
 
 
-class SlurmError(ValueError):
-    pass
+class SlurmError(SourceError):
+    """Slurm answered, but not with the job: a refusal, an error, or a record that is not usable."""
+
+
+class NotASlurmJob(BadInput):
+    """A job id Slurm could never have given."""
 
 
 class NotYetRecorded(TransientSourceError):
@@ -42,17 +49,26 @@ class NotYetRecorded(TransientSourceError):
     so a trigger fired at completion may ask too early. Retried; after the retries, reported."""
 
 
-class SlurmSource(BaseModel):
+class SlurmSource(SourceConfig):
     rest_url: str | None = Field(default=None, description="slurmrestd URL; without it the CLI is used")
     user: str = "root"
     token_env: str = Field("SLURMRESTD_TOKEN", description="env var holding the JWT (never SLURM_JWT)")
     timeout_s: float = Field(15.0, gt=0)
     sacct: str = "sacct"
 
+    def probe(self) -> tuple[str, str, dict[str, str]]:
+        if not self.rest_url:
+            return "command", self.sacct, {}
+        return (
+            "http",
+            self.rest_url.rstrip("/") + "/openapi",
+            {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": os.environ.get(self.token_env, "")},
+        )
+
 
 def _job_id_ok(job_id: str) -> str:
-    if not re.fullmatch(r"[0-9]+(?:_[0-9]+)?(?:\+[0-9]+)?", str(job_id)):   # ASCII digits only
-        raise SlurmError(f"not a Slurm job id: {job_id!r}")
+    if not SLURM_JOB_ID.fullmatch(str(job_id)):  # ASCII digits only
+        raise NotASlurmJob(f"not a Slurm job id: {job_id!r}")
     return str(job_id)
 
 
@@ -61,9 +77,13 @@ class Rest:
         token = os.environ.get(src.token_env, "")
         self.token_env = src.token_env
         import httpx
-        self.client = httpx.Client(base_url=src.rest_url.rstrip("/"), transport=transport,
-                                   timeout=httpx.Timeout(src.timeout_s, connect=min(5.0, src.timeout_s)),
-                                   headers={"X-SLURM-USER-NAME": src.user, "X-SLURM-USER-TOKEN": token})
+
+        self.client = httpx.Client(
+            base_url=(src.rest_url or "").rstrip("/"),
+            transport=transport,
+            timeout=httpx.Timeout(src.timeout_s, connect=min(5.0, src.timeout_s)),
+            headers={"X-SLURM-USER-NAME": src.user, "X-SLURM-USER-TOKEN": token},
+        )
         self.version = self._negotiate()
 
     def _get(self, path: str, params: dict | None = None) -> Any:
@@ -75,8 +95,10 @@ class Rest:
         except ValueError:
             raise SlurmError(f"slurmrestd: HTTP {r.status_code} for {path}: body is not JSON") from None
         if not isinstance(body, dict):
-            raise SlurmError(f"slurmrestd: HTTP {r.status_code} for {path}: unexpected answer "
-                             f"(a JSON {type(body).__name__}, not an object)")
+            raise SlurmError(
+                f"slurmrestd: HTTP {r.status_code} for {path}: unexpected answer "
+                f"(a JSON {type(body).__name__}, not an object)"
+            )
         errors = [e for e in body.get("errors") or [] if isinstance(e, dict)]
         if r.status_code >= 400 or errors:
             msg = "; ".join(str(e.get("error") or e.get("description") or e) for e in errors) or r.text[:200]
@@ -103,8 +125,9 @@ class Rest:
         return jobs[0] if jobs else None
 
     def db_jobs(self, start: datetime, end: datetime) -> dict:
-        return self._get(f"/slurmdb/{self.version}/jobs",
-                         {"start_time": int(start.timestamp()), "end_time": int(end.timestamp())})
+        return self._get(
+            f"/slurmdb/{self.version}/jobs", {"start_time": int(start.timestamp()), "end_time": int(end.timestamp())}
+        )
 
 
 def _run(src: SlurmSource, args: list[str]) -> str:
@@ -113,11 +136,12 @@ def _run(src: SlurmSource, args: list[str]) -> str:
     except subprocess.TimeoutExpired:
         raise TransientSourceError(f"sacct did not answer within {src.timeout_s:g}s", "timeout") from None
     except FileNotFoundError:
-        raise SlurmError(f"{src.sacct}: not installed") from None
+        raise SlurmError(f"{src.sacct}: not installed", connector=CONNECTOR) from None
     if out.returncode != 0:
         msg = (out.stderr or out.stdout).strip().splitlines()
         raise (TransientSourceError if "Connection refused" in (out.stderr or "") else SlurmError)(
-            f"sacct failed: {msg[0] if msg else out.returncode}")
+            f"sacct failed: {msg[0] if msg else out.returncode}"
+        )
     return out.stdout
 
 
@@ -127,7 +151,9 @@ def _raw_exit_cli(src: SlurmSource, job_id: str) -> str | None:
     return line[0].strip() if line else None
 
 
-def job_document(src: SlurmSource, job_id: str, transport: httpx.BaseTransport | None = None) -> tuple[dict, str | None]:
+def job_document(
+    src: SlurmSource, job_id: str, transport: httpx.BaseTransport | None = None
+) -> tuple[dict, str | None]:
     """The job's accounting record (sacct --json shape) and its true exit code 'rc:signal'."""
     job_id = _job_id_ok(job_id)
     if src.rest_url:
@@ -148,8 +174,13 @@ def _try_cli_exit(src: SlurmSource, job_id: str) -> str | None:
         return None
 
 
-def scope_job(src: SlurmSource, cluster: str, job_id: str, transport: httpx.BaseTransport | None = None,
-              require_ended: bool = False) -> AttemptScope:
+def scope_job(
+    src: SlurmSource,
+    cluster: str,
+    job_id: str,
+    transport: httpx.BaseTransport | None = None,
+    require_ended: bool = False,
+) -> AttemptScope:
     """The attempt's scope from accounting. `require_ended` (set by completion triggers): a job that
     accounting still shows running is not yet recorded, so the caller retries instead of scoping a
     half-known attempt."""
@@ -158,8 +189,9 @@ def scope_job(src: SlurmSource, cluster: str, job_id: str, transport: httpx.Base
         raise NotYetRecorded(f"job {job_id} is not in Slurm accounting (yet)")
     job_rec = sr.latest_record([j for j in doc["jobs"] if str(j.get("job_id")) == str(job_id)])
     if require_ended and sr._state(job_rec.get("state")).split()[0] in ("RUNNING", "PENDING", "COMPLETING", "REQUEUED"):
-        raise NotYetRecorded(f"job {job_id} has not ended in Slurm accounting yet "
-                             f"(state {sr._state(job_rec.get('state'))})")
+        raise NotYetRecorded(
+            f"job {job_id} has not ended in Slurm accounting yet (state {sr._state(job_rec.get('state'))})"
+        )
     obs, facts = sr.sacct_observations(doc, job_id, "slurm", CONNECTOR)
     # Right after a job ends, its accounting record can list only the nodes still completing while
     # its steps' records name the whole allocation (seen with Slurm 22.05 a second after the end):
@@ -167,62 +199,121 @@ def scope_job(src: SlurmSource, cluster: str, job_id: str, transport: httpx.Base
     step_nodes = sorted({n for o in obs if o.kind == "sacct_step" for n in o.attrs.get("nodes") or []})
     outside = sorted(set(step_nodes) - set(facts.get("nodes") or []))
     if outside and require_ended:
-        raise NotYetRecorded(f"job {job_id}: accounting lists nodes {facts.get('nodes')} but its steps ran on "
-                             f"{outside} too (record not settled yet)")
+        raise NotYetRecorded(
+            f"job {job_id}: accounting lists nodes {facts.get('nodes')} but its steps ran on "
+            f"{outside} too (record not settled yet)"
+        )
     if outside:
         facts["nodes"] = sorted(set(facts.get("nodes") or []) | set(outside))
     if not facts.get("nodes"):
         raise SlurmError(f"job {job_id} never ran on a node (state {facts.get('state')})")
     job = next(o for o in obs if o.kind == "sacct_job").attrs
     end = facts.get("end") or datetime.now(timezone.utc)
-    return AttemptScope(cluster=cluster, scheduler="slurm", job_id=str(job_id), attempt=int(job.get("restarts") or 0),
-                        name=job.get("name"), nodes=facts["nodes"], start=facts.get("start") or end, end=end,
-                        state=facts["state"], exit_code=exit_code)
+    return AttemptScope(
+        cluster=cluster,
+        scheduler="slurm",
+        job_id=str(job_id),
+        attempt=int(job.get("restarts") or 0),
+        name=job.get("name"),
+        nodes=facts["nodes"],
+        start=facts.get("start") or end,
+        end=end,
+        state=facts["state"],
+        exit_code=exit_code,
+    )
 
 
-def collect(src: SlurmSource, scope: AttemptScope, staging: str, transport: httpx.BaseTransport | None = None) -> Coverage:
+@register(CONNECTOR, SlurmSource, kind="scheduler")
+def collect(ctx: CollectContext[SlurmSource]) -> Collected:
+    """The job's accounting record (source `sacct`)."""
     started = time.monotonic()
+    src, scope, transport = ctx.config, ctx.scope, ctx.transport
     try:
         doc, exit_code = job_document(src, scope.job_id, transport)
-        if isinstance(doc, dict) and isinstance(doc.get("jobs"), list) and \
-                not [j for j in doc["jobs"] if isinstance(j, dict) and str(j.get("job_id")) == str(scope.job_id)]:
-            return Coverage(source="sacct", connector=CONNECTOR, status=CoverageStatus.empty,
-                            error=f"job {scope.job_id} is not in Slurm accounting",
-                            duration_ms=int((time.monotonic() - started) * 1000))
+        if (
+            isinstance(doc, dict)
+            and isinstance(doc.get("jobs"), list)
+            and not [j for j in doc["jobs"] if isinstance(j, dict) and str(j.get("job_id")) == str(scope.job_id)]
+        ):
+            return Collected(
+                Coverage(
+                    source=ctx.source,
+                    connector=CONNECTOR,
+                    status=CoverageStatus.empty,
+                    error=f"job {scope.job_id} is not in Slurm accounting",
+                    duration_ms=int((time.monotonic() - started) * 1000),
+                )
+            )
         obs, facts = sr.sacct_observations(doc, scope.job_id, f"slurm:{'rest' if src.rest_url else 'sacct'}", CONNECTOR)
-    except (SlurmError, sr.RecordError, json.JSONDecodeError) as exc:
-        return Coverage(source="sacct", connector=CONNECTOR, status=CoverageStatus.error, error=str(exc).splitlines()[0],
-                        duration_ms=int((time.monotonic() - started) * 1000))
+    except (SlurmError, NotASlurmJob, sr.RecordError, json.JSONDecodeError) as exc:
+        return Collected(
+            Coverage(
+                source=ctx.source,
+                connector=CONNECTOR,
+                status=CoverageStatus.error,
+                error=first_line(exc),
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
+        )
     for o in obs:
         if o.kind == "sacct_job" and exit_code:
             rc, _, sig = exit_code.partition(":")
             o.attrs["exit_code_parsed"] = o.attrs.get("exit_code")
             o.attrs["exit_code"] = {"status": "RAW", "return_code": int(rc or 0), "signal": int(sig or 0)}
             o.attrs["exit_code_text"] = exit_code
-    con = connect(staging)
-    try:
+    with connected(ctx.staging) as con:
         insert_observations(con, obs)
-    finally:
-        con.close()
-    return Coverage(source="sacct", connector=CONNECTOR, status=CoverageStatus.ok, observations=len(obs),
-                    nodes=facts.get("nodes") or [], duration_ms=int((time.monotonic() - started) * 1000),
-                    details={"slurm_release": facts.get("slurm_release"), "exit_code": exit_code,
-                             "via": "slurmrestd" if src.rest_url else "sacct"})
+    return Collected(
+        Coverage(
+            source=ctx.source,
+            connector=CONNECTOR,
+            status=CoverageStatus.ok,
+            observations=len(obs),
+            nodes=facts.get("nodes") or [],
+            duration_ms=int((time.monotonic() - started) * 1000),
+            details={
+                "slurm_release": facts.get("slurm_release"),
+                "exit_code": exit_code,
+                "via": "slurmrestd" if src.rest_url else "sacct",
+            },
+        )
+    )
 
 
-def discover_failed(src: SlurmSource, start: datetime, end: datetime,
-                    transport: httpx.BaseTransport | None = None) -> list[dict[str, Any]]:
+def discover_failed(
+    src: SlurmSource, start: datetime, end: datetime, transport: httpx.BaseTransport | None = None
+) -> list[dict[str, Any]]:
     """Attempts that ended in a failure state inside [start, end): for backfills."""
     if src.rest_url:
         doc = Rest(src, transport).db_jobs(start, end)
     else:
-        doc = json.loads(_run(src, ["--json", "-X", "-S", start.strftime("%Y-%m-%dT%H:%M:%S"),
-                                    "-E", end.strftime("%Y-%m-%dT%H:%M:%S"), "--state", ",".join(FAILED_STATES)]))
+        doc = json.loads(
+            _run(
+                src,
+                [
+                    "--json",
+                    "-X",
+                    "-S",
+                    start.strftime("%Y-%m-%dT%H:%M:%S"),
+                    "-E",
+                    end.strftime("%Y-%m-%dT%H:%M:%S"),
+                    "--state",
+                    ",".join(FAILED_STATES),
+                ],
+            )
+        )
     out = []
     for job in doc.get("jobs") or []:
         state = sr._state(job.get("state"))
         ended = sr._epoch((job.get("time") or {}).get("end"))
         if state.split()[0] in FAILED_STATES and ended and start <= ended < end:
-            out.append({"job_id": str(job.get("job_id")), "state": state, "end": ended,
-                        "nodes": expand_hostlist(job.get("nodes")), "restarts": job.get("restart_cnt") or 0})
+            out.append(
+                {
+                    "job_id": str(job.get("job_id")),
+                    "state": state,
+                    "end": ended,
+                    "nodes": expand_hostlist(job.get("nodes")),
+                    "restarts": job.get("restart_cnt") or 0,
+                }
+            )
     return sorted(out, key=lambda j: j["end"])

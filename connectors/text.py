@@ -13,18 +13,18 @@ from pathlib import Path
 
 import duckdb
 
-from connectors.staging import LONG_LINE, MAX_TEXT, contains_any, render
+from workload_attribution.contracts.lines import read_lenient
+from workload_attribution.contracts.staging import LONG_LINE, contains_any, one, render, scalar
 
-# How many earlier lines a continuation line may look back for a timestamp.
-CONTEXT_LINES = 48
+SQL_DIR = Path(__file__).resolve().parent / "sql"
 # Bytes per read_text batch: bounds memory when an attempt has thousands of large files.
 BATCH_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class TextFile:
-    path: Path          # where to read it
-    ref: str            # how evidence names it (path relative to the bundle)
+    path: Path  # where to read it
+    ref: str  # how evidence names it (path relative to the bundle)
     node: str | None
 
 
@@ -39,16 +39,9 @@ class ScanStats:
     errors: list[str] = field(default_factory=list)
 
 
-def read_lenient(path: Path) -> tuple[str, int]:
-    """Decode a file that is not valid UTF-8; returns (text, number of lines with bad bytes)."""
-    data = path.read_bytes().replace(b"\x00", b"\xef\xbf\xbd")
-    text = data.decode("utf-8", errors="replace")
-    bad = sum(1 for line in text.split("\n") if "\ufffd" in line) if "\ufffd" in text else 0
-    return text, bad
-
-
-def scan_files(con: duckdb.DuckDBPyConnection, files: list[TextFile], source: str, connector: str,
-               prefilter: list[str]) -> ScanStats:
+def scan_files(
+    con: duckdb.DuckDBPyConnection, files: list[TextFile], source: str, connector: str, prefilter: list[str]
+) -> ScanStats:
     stats = ScanStats()
     predicate = contains_any("x", prefilter)
     batch: list[TextFile] = []
@@ -67,41 +60,55 @@ def scan_files(con: duckdb.DuckDBPyConnection, files: list[TextFile], source: st
 def _scan_batch(con, batch: list[TextFile], source: str, connector: str, predicate: str, stats: ScanStats) -> None:
     """Scan a batch of files and store what they hold, all in SQL: the hit lines never pass
     through Python, and a batch costs a handful of statements whatever its number of files."""
-    query = render("scan_text.sql", files="read_text($paths)", prefilter=predicate, max_line=LONG_LINE)
+    query = render("scan_text.sql", SQL_DIR, files="read_text($paths)", prefilter=predicate, max_line=LONG_LINE)
     table = f"scan_{uuid.uuid4().hex}"
     try:
-        con.execute(f"""
+        con.execute(
+            f"""
             CREATE TEMP TABLE {table} AS
             SELECT nextval('file_seq') AS file_id, f.node, f.ref, s.*
             FROM ({query}) s JOIN (SELECT unnest($paths) AS filename, unnest($nodes) AS node, unnest($refs) AS ref) f
                  USING (filename)
-        """, {"paths": [str(f.path) for f in batch], "nodes": [f.node for f in batch], "refs": [f.ref for f in batch]})
+        """,
+            {"paths": [str(f.path) for f in batch], "nodes": [f.node for f in batch], "refs": [f.ref for f in batch]},
+        )
     except duckdb.InvalidInputException:
-        for f in batch:   # some file is not valid UTF-8: one by one, leniently where needed
+        for f in batch:  # some file is not valid UTF-8: one by one, leniently where needed
             try:
-                row = con.execute(query, {"paths": [str(f.path)]}).fetchone()
+                row = one(con, query, {"paths": [str(f.path)]})
                 bad = 0
             except duckdb.InvalidInputException:
                 text, bad = read_lenient(f.path)
-                lenient = render("scan_text.sql", files="(SELECT $name AS filename, $content AS content)",
-                                 prefilter=predicate, max_line=LONG_LINE)
-                row = con.execute(lenient, {"name": str(f.path), "content": text}).fetchone()
+                lenient = render(
+                    "scan_text.sql",
+                    SQL_DIR,
+                    files="(SELECT $name AS filename, $content AS content)",
+                    prefilter=predicate,
+                    max_line=LONG_LINE,
+                )
+                row = one(con, lenient, {"name": str(f.path), "content": text})
             _store(con, f, row, bad, source, connector, stats)
         return
     try:
-        con.execute(f"""
+        con.execute(
+            f"""
             INSERT INTO source_files
             SELECT file_id, $source, $connector, node, ref, n_lines, 0, n_long, tail FROM {table}
-        """, {"source": source, "connector": connector})
+        """,
+            {"source": source, "connector": connector},
+        )
         con.execute(f"""
             INSERT INTO raw_lines
             SELECT file_id, unnest(hit_lineno), unnest(hit_line), NULL, NULL FROM {table} WHERE len(hit_lineno) > 0
         """)
-        files, lines, hits, long_lines, nodes = con.execute(f"""
+        files, lines, hits, long_lines, nodes = one(
+            con,
+            f"""
             SELECT count(*), coalesce(sum(n_lines), 0), coalesce(sum(len(hit_lineno)), 0), coalesce(sum(n_long), 0),
                    list(DISTINCT node) FILTER (WHERE node IS NOT NULL AND n_lines > 0)
             FROM {table}
-        """).fetchone()
+        """,
+        )
     finally:
         con.execute(f"DROP TABLE IF EXISTS {table}")
     stats.files += files
@@ -113,7 +120,7 @@ def _scan_batch(con, batch: list[TextFile], source: str, connector: str, predica
 
 def _store(con, f: TextFile, row, bad: int, source: str, connector: str, stats: ScanStats) -> None:
     _, n_lines, n_long, tail, hit_lineno, hit_line = row
-    file_id = con.execute("SELECT nextval('file_seq')").fetchone()[0]
+    file_id = scalar(con, "SELECT nextval('file_seq')")
     con.execute(
         "INSERT INTO source_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [file_id, source, connector, f.node, f.ref, n_lines, bad, n_long, tail],
@@ -130,29 +137,3 @@ def _store(con, f: TextFile, row, bad: int, source: str, connector: str, stats: 
     stats.long_lines += n_long
     if f.node and n_lines:
         stats.nodes.add(f.node)
-
-
-def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref, files_by_ref: dict[str, Path]) -> None:
-    """raw_lines -> log_lines, then inherit times for continuation lines from their file."""
-    con.execute(render("normalize_lines.sql", max_text=MAX_TEXT), {"tz": tz, "ref": ref})
-    needing = con.execute(
-        "SELECT path, list(lineno ORDER BY lineno) FROM log_lines "
-        "WHERE time_quality = 'none' AND path IS NOT NULL GROUP BY path"
-    ).fetchall()
-    contexts: list[tuple[str, int, list[str]]] = []
-    for ref_path, linenos in needing:
-        real = files_by_ref.get(ref_path)
-        if real is None:
-            continue
-        lines = read_lenient(real)[0].split("\n")
-        for n in linenos:
-            ctx = [x.rstrip("\r")[:MAX_TEXT] for x in lines[max(0, n - 1 - CONTEXT_LINES): n - 1]]
-            contexts.append((ref_path, n, ctx))
-    if not contexts:
-        return
-    con.execute("CREATE OR REPLACE TEMP TABLE line_context (path VARCHAR, lineno BIGINT, ctx VARCHAR[])")
-    con.execute(
-        "INSERT INTO line_context SELECT unnest($p), unnest($n), unnest($c)",
-        {"p": [c[0] for c in contexts], "n": [c[1] for c in contexts], "c": [c[2] for c in contexts]},
-    )
-    con.execute(render("inherit_time.sql"), {"tz": tz, "ref": ref})

@@ -11,11 +11,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-Link = tuple[str, str, str, str, str | None]   # switch, port, peer, peer_kind ('host' | 'switch'), hca
+from workload_attribution.contracts.errors import BadInput
+
+Link = tuple[str, str, str, str, str | None]  # switch, port, peer, peer_kind ('host' | 'switch'), hca
 
 
-class TopologyError(ValueError):
-    pass
+class TopologyError(BadInput):
+    """A topology document that is not one (wrong shape, unknown line)."""
 
 
 def links_from_yaml(doc: Any) -> list[Link]:
@@ -36,7 +38,9 @@ def links_from_yaml(doc: Any) -> list[Link]:
 # Switch	36 "S-0002c90200448bf8"		# "MF0;leaf-07:SX6036/U1" enhanced port 0 lid 3 lmc 0
 _SWITCH = re.compile(r'^Switch\s+\d+\s+"(?P<guid>[^"]+)"\s*#\s*"(?P<desc>[^"]*)"')
 # [17]	"H-0002c903000a1b2c"[1](2c903000a1b2d) 		# "node-01 mlx5_0" lid 5 4xHDR
-_PORT = re.compile(r'^\[(?P<port>\d+)\](?:\([0-9a-fA-F]+\))?\s+"(?P<kind>[HSR])-(?P<guid>[0-9a-fA-F]+)"\[\d+\][^#]*#\s*"(?P<desc>[^"]*)"')
+_PORT = re.compile(
+    r'^\[(?P<port>\d+)\](?:\([0-9a-fA-F]+\))?\s+"(?P<kind>[HSR])-(?P<guid>[0-9a-fA-F]+)"\[\d+\][^#]*#\s*"(?P<desc>[^"]*)"'
+)
 
 
 def _switch_name(desc: str, guid: str) -> str:
@@ -60,7 +64,7 @@ def links_from_ibnetdiscover(text: str) -> list[Link]:
         if not line or line.startswith(("vendid", "devid", "sysimgguid", "switchguid", "caguid", "#")):
             continue
         if line.startswith(("Ca", "Rt")):
-            switch = None   # a host block: its ports point back at switches we already have
+            switch = None  # a host block: its ports point back at switches we already have
             continue
         m = _PORT.match(line)
         if m and switch:

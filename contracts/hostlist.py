@@ -5,16 +5,20 @@ from __future__ import annotations
 import itertools
 import re
 
+from workload_attribution.contracts.errors import BadInput
+
 _RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
-MAX_HOSTS = 1_000_000   # more than any cluster; a bracket product past it is a malformed (or hostile) list
+MAX_HOSTS = 1_000_000  # more than any cluster; a bracket product past it is a malformed (or hostile) list
 
 
-class HostlistError(ValueError):
-    pass
+class HostlistError(BadInput):
+    """Not a hostlist expression (unbalanced brackets, bad range, a product past MAX_HOSTS)."""
 
 
 def _split_top(expr: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in expr:
         if ch == "[":
             depth += 1
@@ -62,5 +66,4 @@ def expand_hostlist(expr: str | None) -> list[str]:
         if n + len(hosts) > MAX_HOSTS:
             raise HostlistError(f"too many hosts (over {MAX_HOSTS:,}) in hostlist {expr[:80]!r}")
         hosts.extend("".join(c) for c in itertools.product(*choices))
-    seen: set[str] = set()
-    return [h for h in hosts if not (h in seen or seen.add(h))]
+    return list(dict.fromkeys(hosts))  # in order, each once

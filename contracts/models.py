@@ -1,20 +1,51 @@
 """Typed contracts at the seams: scope -> observations/coverage -> symptoms -> diagnosis.
 
 Field names of `Diagnosis` and its parts are the contract of ../shared/spec/diagnosis.md
-(documented again in README.md); they may grow, never be renamed.
+(documented again in README.md); they may grow, never be renamed. Their words are the closed sets
+of contracts/vocabulary.py.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from enum import Enum
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from workload_attribution.contracts.identity import AttemptId
+from workload_attribution.contracts.vocabulary import (
+    Action,
+    Confidence,
+    CoverageStatus,
+    Role,
+    Scheduler,
+    SubDomain,
+    TerminalState,
+    check_pair,
+)
+
+__all__ = [
+    "Action",
+    "AttemptScope",
+    "Candidate",
+    "Confidence",
+    "Coverage",
+    "CoverageStatus",
+    "Diagnosis",
+    "Evidence",
+    "Observation",
+    "Role",
+    "RootCause",
+    "RulesStamp",
+    "Symptom",
+    "SubDomain",
+    "TerminalState",
+    "as_utc",
+]
+
 
 class Contract(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
 
 def as_utc(value: datetime) -> datetime:
@@ -27,12 +58,12 @@ class AttemptScope(Contract):
     """One workload attempt: who ran where, when, and how the scheduler says it ended."""
 
     cluster: str
-    scheduler: Literal["slurm", "kueue", "static"]
+    scheduler: Scheduler
     job_id: str
     attempt: int = Field(ge=0)
     name: str | None = None
     user: str | None = None
-    nodes: list[str] = Field(min_length=1)
+    nodes: list[str] = Field(description="the allocation; empty when the attempt ended before any node was allocated")
     gpus_per_node: int | None = Field(default=None, ge=0)
     start: datetime
     end: datetime
@@ -52,7 +83,7 @@ class AttemptScope(Contract):
         return as_utc(value)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "AttemptScope":
+    def _ordered(self) -> AttemptScope:
         if self.end < self.start:
             raise ValueError(f"end ({self.end.isoformat()}) is before start ({self.start.isoformat()})")
         if len(set(self.nodes)) != len(self.nodes):
@@ -60,18 +91,8 @@ class AttemptScope(Contract):
         return self
 
     @property
-    def key(self) -> str:
-        return f"{self.cluster}:{self.scheduler}:{self.job_id}:{self.attempt}"
-
-
-class CoverageStatus(str, Enum):
-    ok = "ok"
-    empty = "empty"
-    partial = "partial"
-    error = "error"
-    timeout = "timeout"
-    unavailable = "unavailable"
-    skipped = "skipped"
+    def id(self) -> AttemptId:
+        return AttemptId(cluster=self.cluster, scheduler=self.scheduler, job_id=self.job_id, attempt=self.attempt)
 
 
 class Coverage(Contract):
@@ -103,9 +124,6 @@ class Observation(Contract):
     value: float | None = None
     kind: str = "line"
     attrs: dict[str, Any] = Field(default_factory=dict)
-
-
-Role = Literal["root", "contributing", "cascade", "context"]
 
 
 class Evidence(Contract):
@@ -152,8 +170,8 @@ class RootCause(Contract):
 
 class Candidate(Contract):
     symptom: str
-    terminal_state: str
-    sub_domain: str
+    terminal_state: TerminalState | None = None
+    sub_domain: SubDomain | None = None
     node: str | None = None
     first_seen: datetime | None = None
     evidence: list[str] = Field(default_factory=list)
@@ -165,38 +183,29 @@ class RulesStamp(Contract):
     failed: list[dict[str, str]] = Field(default_factory=list)
 
 
-class AttemptRef(Contract):
-    cluster: str
-    scheduler: str
-    job_id: str
-    attempt: int
-    nodes: list[str]
-    start: datetime
-    end: datetime
-    state: str
-    exit_code: str | None = None
-    name: str | None = None
-    user: str | None = None
-
-
 class Diagnosis(Contract):
     diagnosis_id: str
-    attempt: AttemptRef
-    terminal_state: str
-    sub_domain: str
-    confidence: Literal["high", "medium", "low"]
+    attempt: AttemptScope
+    terminal_state: TerminalState
+    sub_domain: SubDomain
+    confidence: Confidence
     root_cause: RootCause | None = None
     affected_nodes: list[str] = Field(default_factory=list)
     affected_components: list[str] = Field(default_factory=list)
     candidates: list[Candidate] = Field(default_factory=list)
     symptoms: list[Symptom] = Field(default_factory=list)
-    recommended_action: str
+    recommended_action: Action
     explanation: str = ""
     notes: list[str] = Field(default_factory=list)
     coverage: list[Coverage] = Field(default_factory=list)
     rules: RulesStamp
     evidence: list[Evidence] = Field(default_factory=list)
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @model_validator(mode="after")
+    def _words_belong_together(self) -> Diagnosis:
+        check_pair(self.terminal_state, self.sub_domain)
+        return self
 
     def to_json(self, **kwargs: Any) -> str:
         return self.model_dump_json(indent=2, **kwargs)

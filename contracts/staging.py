@@ -7,19 +7,20 @@ A path of the form ':memory:<name>' is a named in-memory database shared within 
 
 from __future__ import annotations
 
-import re
-
 import importlib.util
 import json
+import re
 import sys
 import uuid
-from functools import lru_cache
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import duckdb
 
-from attribution.models import AttemptScope, Observation
+from workload_attribution.contracts.models import AttemptScope, Observation
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"
 
@@ -35,14 +36,15 @@ MAX_TEXT = 16_384
 LONG_LINE = 1_048_576
 
 
-@lru_cache(maxsize=None)
-def sql(name: str) -> str:
-    return (SQL_DIR / name).read_text()
+@cache
+def sql(name: str, directory: Path = SQL_DIR) -> str:
+    """An SQL file of this folder's sql/ (or of `directory`: a layer above keeps its own SQL files)."""
+    return (directory / name).read_text()
 
 
-def render(name: str, **values: object) -> str:
+def render(name: str, directory: Path = SQL_DIR, **values: object) -> str:
     """An SQL file with {placeholders} filled (only the named ones: SQL braces stay as they are)."""
-    text = sql(name)
+    text = sql(name, directory)
     for key, value in values.items():
         text = text.replace("{" + key + "}", str(value))
     return text
@@ -54,6 +56,16 @@ def new_staging_path() -> str:
 
 def connect(path: str) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(path)
+
+
+@contextmanager
+def connected(path: str) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection to an attempt's staging database for the length of a `with` block."""
+    con = duckdb.connect(path)
+    try:
+        yield con
+    finally:
+        con.close()
 
 
 # An in-memory database lives while a connection to it is open: one holder per staging path.
@@ -78,9 +90,20 @@ def create_staging(scope: AttemptScope, path: str | None = None) -> str:
         con.execute(sql("log_time_macros.sql"))
         con.execute(
             "INSERT INTO attempt VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [scope.cluster, scope.scheduler, scope.job_id, scope.attempt, scope.nodes,
-             naive_utc(scope.start), naive_utc(scope.end), scope.state, scope.exit_code,
-             scope.reason, scope.timezone, scope.gpus_per_node],
+            [
+                scope.cluster,
+                scope.scheduler,
+                scope.job_id,
+                scope.attempt,
+                scope.nodes,
+                naive_utc(scope.start),
+                naive_utc(scope.end),
+                scope.state,
+                scope.exit_code,
+                scope.reason,
+                scope.timezone,
+                scope.gpus_per_node,
+            ],
         )
     finally:
         con.close()
@@ -128,20 +151,48 @@ def insert_observations(con: duckdb.DuckDBPyConnection, observations: Sequence[O
     if samples:
         # One JSON document parsed by DuckDB: handing it nested Python lists costs a type probe per
         # value (seconds for 10^4 samples); json.dumps + from_json is milliseconds.
-        payload = json.dumps([{"source": o.source, "connector": o.connector, "node": o.node,
-                               "metric": o.attrs.get("__name__", o.series),
-                               "labels": {k: str(v) for k, v in (o.attrs.get("labels") or {}).items()},
-                               "series": o.series, "value": o.value, "time": naive_utc(o.time).isoformat() if o.time else None,
-                               "path": o.path, "raw": o.text} for o in samples])
-        con.execute("""
+        payload = json.dumps(
+            [
+                {
+                    "source": o.source,
+                    "connector": o.connector,
+                    "node": o.node,
+                    "metric": o.attrs.get("__name__", o.series),
+                    "labels": {k: str(v) for k, v in (o.attrs.get("labels") or {}).items()},
+                    "series": o.series,
+                    "value": o.value,
+                    "time": naive_utc(o.time).isoformat() if o.time else None,
+                    "path": o.path,
+                    "raw": o.text,
+                }
+                for o in samples
+            ]
+        )
+        con.execute(
+            """
             INSERT INTO samples
             SELECT nextval('obs_seq'), source, connector, node, metric, labels, series, value, time::TIMESTAMP,
                    path, NULL, raw
             FROM (SELECT unnest(from_json($p::JSON, '[{"source": "VARCHAR", "connector": "VARCHAR", "node": "VARCHAR",
                    "metric": "VARCHAR", "labels": "MAP(VARCHAR, VARCHAR)", "series": "VARCHAR", "value": "DOUBLE",
                    "time": "VARCHAR", "path": "VARCHAR", "raw": "VARCHAR"}]'), recursive := true))
-        """, {"p": payload})
+        """,
+            {"p": payload},
+        )
     return len(observations)
+
+
+def one(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> tuple[Any, ...]:
+    """The row a query always returns (an aggregate, nextval)."""
+    row = (con.execute(query, params) if params is not None else con.execute(query)).fetchone()
+    if row is None:
+        raise LookupError(f"no row from: {query[:80]}")
+    return row
+
+
+def scalar(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> Any:
+    """The first value of that row."""
+    return one(con, query, params)[0]
 
 
 def rows(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> list[dict[str, Any]]:

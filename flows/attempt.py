@@ -1,8 +1,10 @@
-"""Prefect flow `attribute_attempt`: one failed attempt -> one diagnosis in the warehouse.
+"""Prefect flow `attribute-attempt`: one failed attempt -> one diagnosis in the warehouse.
 
 Each step is a Prefect task; every source's collection is its own task, submitted in parallel,
 retried on transient errors only (TransientSourceError: transport errors, 429, 5xx). Tasks take
-and return small values (paths, models), never DuckDB connections, and cache nothing.
+and return small values (paths, models), never DuckDB connections, and cache nothing. The flow's
+one parameter is the Target; everything else (the cluster's scheduler and sources, the
+warehouse, the rules) comes from the configuration of the process that runs it.
 """
 
 from __future__ import annotations
@@ -13,37 +15,43 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from attribution.models import Diagnosis
-from flows.pipeline import RETRY_DELAYS_S, Request, attribute_story, failed_collect
-from rules.engine import Settings
-from rules.pack import Pack, default_pack, load_pack
-from tasks import steps
+from workload_attribution.contracts.errors import TransientSourceError
+from workload_attribution.contracts.identity import Target
+from workload_attribution.flows.config import load_config
+from workload_attribution.flows.pipeline import RETRY_DELAYS_S, Options, attribute_story, resolve
+from workload_attribution.tasks import steps
 
 
 def _retry_transient(task, task_run, state) -> bool:
     try:
         state.result()
-    except steps.TransientSourceError:
+    except TransientSourceError:
         return True
     except Exception:
         return False
     return False
 
 
-scope_task = task(steps.scope_attempt, name="scope", cache_policy=NONE)
-scope_live_task = task(steps.scope_live, name="scope", cache_policy=NONE, retries=2, retry_delay_seconds=[1, 5],
-                       retry_condition_fn=_retry_transient)
-collect_task = task(steps.collect_source, name="collect", task_run_name="collect-{source}", cache_policy=NONE,
-                    retries=len(RETRY_DELAYS_S),
-                    retry_delay_seconds=list(RETRY_DELAYS_S), retry_jitter_factor=0.5, retry_condition_fn=_retry_transient)
-store_task = task(steps.store_observations, name="store", cache_policy=NONE)
-attribute_task = task(steps.attribute, name="attribute", cache_policy=NONE)
-publish_task = task(steps.publish, name="publish", cache_policy=NONE)
+scope_task = task(
+    name="scope", cache_policy=NONE, retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=_retry_transient
+)(steps.scope_attempt)
+collect_task = task(
+    name="collect",
+    task_run_name="collect-{source}",
+    cache_policy=NONE,
+    retries=len(RETRY_DELAYS_S),
+    retry_delay_seconds=list(RETRY_DELAYS_S),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=_retry_transient,
+)(steps.collect_source)
+store_task = task(name="store", cache_policy=NONE)(steps.store_observations)
+attribute_task = task(name="attribute", cache_policy=NONE)(steps.attribute)
+publish_task = task(name="publish", cache_policy=NONE)(steps.publish)
 
 
 class PrefectRunner:
-    def scope(self, request):
-        return scope_live_task(request.live) if request.live else scope_task(request.bundle)
+    def scope(self, target, cluster):
+        return scope_task(target, cluster)
 
     def collect(self, scoped, source, pack):
         return collect_task.submit(scoped, source, pack)
@@ -61,45 +69,33 @@ class PrefectRunner:
 def _run_name() -> str:
     from prefect.runtime import flow_run
 
-    p = flow_run.parameters
-    if p.get("bundle"):
-        return f"bundle:{str(p['bundle']).rstrip('/').rsplit('/', 1)[-1]}"
-    what = p.get("job_id") or ",".join(p.get("nodes") or [])[:60]
-    return f"{p.get('cluster') or 'default'}:{what}" + (f":{p['attempt']}" if p.get("attempt") is not None else "")
+    raw = flow_run.parameters.get("target")
+    try:
+        return (raw if isinstance(raw, Target) else Target.model_validate(raw)).describe()
+    except Exception:
+        return "attempt"
 
 
-@flow(name="attribute-attempt", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=8),
-      log_prints=False, validate_parameters=False)
-def attribute_attempt(bundle: str | None = None, cluster: str | None = None, job_id: str | None = None,
-                      attempt: int | None = None, nodes: list[str] | None = None, start: str | None = None,
-                      end: str | None = None, trigger: str | None = None, warehouse: str | None = None,
-                      store: bool = True, rules_dir: str | None = None, settings: dict[str, Any] | None = None,
-                      cluster_config: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_story(target: Target, options: Options) -> dict[str, Any]:
+    """The story on Prefect's task runner, inside a flow run (the flow below, or a caller's)."""
+    return attribute_story(PrefectRunner(), target, options).model_dump(mode="json")
+
+
+@flow(
+    name="attribute-attempt",
+    flow_run_name=_run_name,
+    task_runner=ThreadPoolTaskRunner(max_workers=8),  # type: ignore[arg-type]  # Prefect's generic, not ours
+    log_prints=False,
+)
+def attribute_attempt(target: Target) -> dict[str, Any]:
     """Diagnose one attempt and publish the diagnosis; returns the diagnosis JSON.
 
-    The attempt is a bundle directory, or a job on a configured cluster (`job_id`; Kueue:
-    "namespace/name"), or an explicit scope (`nodes` + `start` + `end`). What is not given comes
-    from the worker's configuration (attribution.yaml / ATTRIBUTION_*): the cluster's scheduler and
-    sources, the warehouse, the rules. `trigger="completion"` (webhooks) waits, with retries, until
-    the scheduler has recorded the attempt's end. `attempt` is what the trigger reported; the
-    scheduler's own restart count is what the diagnosis records.
+    The target is a job on a configured cluster (`job_id`; Kueue: "namespace/name"), an explicit
+    window (`nodes` + `start` + `end`), or a bundle directory. What the target does not say comes
+    from this process's configuration (attribution.yaml / ATTRIBUTION_CONFIG / ATTRIBUTION_*): the
+    cluster's scheduler and sources, the warehouse, the rules. `trigger="completion"` (webhooks)
+    waits, with retries, until the scheduler has recorded the attempt's end. `attempt` is what the
+    trigger reported; the scheduler's own restart count is what the diagnosis records.
     """
-    from attribution.config import ClusterConfig, load_config
-
-    cfg = load_config()
-    rules_dir = rules_dir or cfg.rules_dir
-    pack: Pack = load_pack(rules_dir, skip_broken=True) if rules_dir else default_pack()
-    if store and warehouse is None:
-        warehouse = cfg.warehouse
-    live = None
-    if bundle is None:
-        if cluster_config is not None:
-            cluster_name, cluster_cfg = cluster or "default", ClusterConfig.model_validate(cluster_config)
-        else:
-            cluster_name, cluster_cfg = cfg.cluster(cluster)
-        live = steps.LiveScope(cluster_name=cluster_name, cluster=cluster_cfg, job_id=job_id, nodes=nodes,
-                               start=start, end=end, require_ended=trigger == "completion")
-    request = Request(bundle=bundle, live=live, warehouse=warehouse if store else None,
-                      settings=Settings(**(settings if settings is not None else cfg.rules.model_dump())))
-    diagnosis: Diagnosis = attribute_story(PrefectRunner(), request, pack, failed_collect)
-    return diagnosis.model_dump(mode="json")
+    target, options = resolve(load_config(), target)
+    return run_story(target, options)

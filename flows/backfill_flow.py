@@ -13,18 +13,24 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 from prefect.futures import as_completed
 
-from attribution.config import load_config
-from flows.backfill import Attempt, diagnose_one, discover, prepare, run_all
+from workload_attribution.flows.backfill import Attempt, DiscoveryFailed, diagnose_one, discover, prepare, run_all
+from workload_attribution.flows.config import load_config
 
-
-discover_task = task(discover, name="discover", cache_policy=NONE, retries=2, retry_delay_seconds=[5, 30])
-diagnose_task = task(diagnose_one, name="diagnose", cache_policy=NONE)
+discover_task = task(name="discover", cache_policy=NONE, retries=2, retry_delay_seconds=[5, 30])(discover)
+diagnose_task = task(name="diagnose", cache_policy=NONE)(diagnose_one)
 
 
 @flow(name="backfill", log_prints=True, validate_parameters=False)
-def backfill(since: str | None = None, until: str | None = None, cluster: str | None = None,
-             bundles_dir: str | None = None, force: bool = False, concurrency: int | None = None,
-             warehouse: str | None = None, rules_dir: str | None = None) -> dict[str, Any]:
+def backfill(
+    since: str | None = None,
+    until: str | None = None,
+    cluster: str | None = None,
+    bundles_dir: str | None = None,
+    force: bool = False,
+    concurrency: int | None = None,
+    warehouse: str | None = None,
+    rules_dir: str | None = None,
+) -> dict[str, Any]:
     """Diagnose the failed attempts that ended in [since, until) (default: the last
     `backfill.lookback_hours`) and are not yet diagnosed by the current rules; returns the summary."""
     from prefect.logging import get_run_logger
@@ -33,18 +39,34 @@ def backfill(since: str | None = None, until: str | None = None, cluster: str | 
     log = get_run_logger()
     r = prepare(load_config(), since, until, cluster, bundles_dir, force, warehouse, rules_dir, discover_task)
     summary = r.summary
-    log.info("window %s .. %s: %d found, %d already diagnosed by rules %s, %d to diagnose",
-             r.since.isoformat(), r.until.isoformat(), summary.found, summary.skipped, r.pack.version, len(r.plan.todo))
+    log.info(
+        "window %s .. %s: %d found, %d already diagnosed by rules %s, %d to diagnose",
+        r.since.isoformat(),
+        r.until.isoformat(),
+        summary.found,
+        summary.skipped,
+        r.pack.version,
+        len(r.plan.todo),
+    )
 
     def submit(a: Attempt):
-        return diagnose_task.with_options(task_run_name=f"diagnose-{a.key}").submit(a, r.cfg, r.pack, r.settings,
-                                                                                   r.warehouse)
+        return diagnose_task.with_options(task_run_name=f"diagnose-{a.key}").submit(a, r.cfg, r.pack, r.warehouse)
 
     def progress(i: int, n: int, a: Attempt, outcome: str) -> None:
         log.info("[%d/%d] %s: %s", i, n, a.key, outcome)
 
-    run_all(r.plan.todo, submit, lambda fs: next(as_completed(list(fs))), concurrency or r.cfg.backfill.concurrency,
-            summary, progress)
+    run_all(
+        r.plan.todo,
+        submit,
+        lambda fs: next(as_completed(list(fs))),
+        concurrency or r.cfg.backfill.concurrency,
+        summary,
+        progress,
+    )
     summary.seconds = time.monotonic() - started
     log.info("backfill summary: %s", summary.as_dict())
+    if summary.discovery_failures:  # an unreachable scheduler is a failed night, not a quiet one
+        for f in summary.discovery_failures:
+            log.error("discovery failed for %s: %s", f["where"], f["error"])
+        raise DiscoveryFailed(summary.as_dict())
     return summary.as_dict()

@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
-from typing import Annotated, Literal, Union
-
-from pydantic import BaseModel, Field
-
-from connectors.files import FilesSource
-from connectors.kueue import KueueSource
-from connectors.loki import LokiSource
-from connectors.prometheus import PrometheusSource
-from connectors.slurm import SlurmSource
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+
+from workload_attribution.connectors.clusters import ClusterConfig
+from workload_attribution.contracts.errors import BadInput
+from workload_attribution.rules.engine import Settings as RuleSettings
 
 
 def default_warehouse() -> str:
@@ -32,46 +30,51 @@ def default_warehouse() -> str:
     return os.path.join(base, "workload-attribution", "warehouse.duckdb")
 
 
-class RuleSettings(BaseModel):
-    skew_tolerance_s: float = Field(30.0, ge=0, description="clock skew between hosts tolerated when ordering events")
-    default_collective_timeout_s: float = Field(600.0, gt=0, description="NCCL timeout assumed when none is printed")
-    lookback_margin_s: float = Field(120.0, ge=0, description="extra look-back before the first cascade")
-    burst_window_s: float = Field(300.0, ge=0, description="repeats of one symptom within this window are one burst")
-    rule_timeout_s: float = Field(60.0, gt=0, description="a rule running longer is interrupted and reported failed")
-
-
-# The connectors' own source models are the configuration schema (one definition each).
-SourceConfig = Annotated[Union[PrometheusSource, LokiSource, FilesSource], Field(discriminator="connector")]
-
-
-class ClusterConfig(BaseModel):
-    """One cluster: how to scope attempts (its scheduler) and where its evidence lives."""
-
-    scheduler: Literal["slurm", "kueue", "static"] = "slurm"
-    timezone: str = "UTC"
-    slurm: SlurmSource | None = None
-    kueue: KueueSource | None = None
-    sources: dict[str, SourceConfig] = Field(default_factory=dict,
-                                             description="source name (app, syslog, metrics, ...) -> where to read it")
+__all__ = ["BackfillConfig", "ClusterConfig", "Config", "ConfigError", "RuleSettings", "ServiceConfig", "load_config"]
 
 
 class ServiceConfig(BaseModel):
     """`attribution serve`: the trigger API. Secrets are never in the file: only the names of the
     environment variables that hold them."""
 
+    model_config = ConfigDict(extra="forbid")
+
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
     deployment: str = Field("attribute-attempt/attempt", description="Prefect deployment each trigger starts")
     token_env: str = Field("ATTRIBUTION_API_TOKEN", description="env var: bearer token for /v1/attempts and reads")
-    webhook_secret_env: str = Field("ATTRIBUTION_WEBHOOK_SECRET", description="env var: HMAC-SHA256 key of the webhooks")
+    webhook_secret_env: str = Field(
+        "ATTRIBUTION_WEBHOOK_SECRET", description="env var: HMAC-SHA256 key of the webhooks"
+    )
     replay_window_s: float = Field(300.0, gt=0, description="signed timestamps older/newer than this are refused")
     max_body_bytes: int = Field(65536, gt=0)
     diagnose_completed: bool = Field(False, description="also diagnose attempts that completed successfully")
-    answer_within_s: float = Field(1.0, gt=0, description="answer a trigger within this; a run Prefect has not "
-                                                           "created by then is answered 'queued' and created after")
+    answer_within_s: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="answer a trigger within this; a run Prefect has "
+        "not created by then is answered 'queued' (it is on disk) and created after",
+    )
+    outbox_dir: str | None = Field(
+        None,
+        description="where accepted triggers wait for their flow run (default "
+        "$XDG_STATE_HOME/workload-attribution/outbox)",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="a connection must send its request head within this"
+    )
+    body_timeout_s: float = Field(30.0, gt=0, le=3600, description="and its body within this")
+    diagnose_concurrency: int = Field(2, ge=1, le=64, description="POST /v1/diagnose computed at once; more: 429")
+    diagnose_timeout_s: float = Field(120.0, gt=0, le=3600, description="POST /v1/diagnose deadline; past it: 504")
+    diagnose_max_bytes: int = Field(256 * 2**20, gt=0, description="POST /v1/diagnose body (compressed) at most")
+    diagnose_max_expanded_bytes: int = Field(4 * 2**30, gt=0, description="an archive's members, expanded, at most")
+    diagnose_max_members: int = Field(5000, gt=0, description="an archive's members at most")
 
 
 class BackfillConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     concurrency: int = Field(2, ge=1, le=64, description="attempts diagnosed at once by one backfill")
     lookback_hours: float = Field(26.0, gt=0, description="the nightly window: now - this .. now")
     bundles_dir: str | None = Field(None, description="offline: a directory tree of attempt bundles to backfill")
@@ -80,7 +83,10 @@ class BackfillConfig(BaseModel):
 class Config(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ATTRIBUTION_", env_nested_delimiter="__", extra="forbid")
 
-    warehouse: str = Field(default_factory=default_warehouse)
+    warehouse: str = Field(
+        default_factory=default_warehouse,
+        description="a DuckDB file, or ducklake+postgres://...; empty: diagnoses are not stored",
+    )
     rules_dir: str | None = None
     rules: RuleSettings = Field(default_factory=RuleSettings)
     clusters: dict[str, ClusterConfig] = Field(default_factory=dict)
@@ -90,15 +96,16 @@ class Config(BaseSettings):
     def cluster(self, name: str | None) -> tuple[str, ClusterConfig]:
         if name is None:
             if len(self.clusters) != 1:
-                raise ValueError(f"name a cluster with --cluster (configured: {', '.join(self.clusters) or 'none'})")
+                raise BadInput(f"name a cluster (configured: {', '.join(self.clusters) or 'none'})")
             name = next(iter(self.clusters))
         if name not in self.clusters:
-            raise ValueError(f"cluster {name!r} is not configured (configured: {', '.join(self.clusters) or 'none'})")
+            raise BadInput(f"cluster {name!r} is not configured (configured: {', '.join(self.clusters) or 'none'})")
         return name, self.clusters[name]
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
-                                   file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
         path = os.environ.get("ATTRIBUTION_CONFIG") or "attribution.yaml"
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if Path(path).is_file():
@@ -106,9 +113,79 @@ class Config(BaseSettings):
         return tuple(sources)
 
 
-def load_config(path: str | None = None, **overrides) -> Config:
+class ConfigError(BadInput):
+    """The configuration is not valid. `problems` lists every one (`attribution config check`)."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        more = f" (and {len(problems) - 1} more: attribution config check lists them)" if len(problems) > 1 else ""
+        super().__init__(f"configuration: {problems[0]}{more}")
+
+
+def _allowed_keys(loc: tuple) -> list[str]:
+    """The keys the model at `loc` (a pydantic error location) accepts: to name them beside a typo."""
+    import typing
+
+    model: Any = Config
+    steps = list(loc[:-1])
+    while steps and isinstance(model, type) and issubclass(model, BaseModel):
+        name = steps.pop(0)
+        field = model.model_fields.get(str(name))
+        if field is None:
+            return []
+        ann = field.annotation
+        for _ in range(4):  # unwrap Optional[...], dict[str, X], Annotated[Union[...]]
+            args = [a for a in typing.get_args(ann) if a is not type(None)]
+            origin = typing.get_origin(ann)
+            if origin is dict and steps:
+                steps.pop(0)  # the user's key (a cluster or source name)
+                ann = args[1]
+            elif origin is typing.Annotated:
+                ann = args[0]
+            elif origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and args:
+                tag = steps.pop(0) if steps and len(args) > 1 else None
+                members = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+                pick = [
+                    m
+                    for m in members
+                    if tag is not None and getattr(m.model_fields.get("connector"), "default", None) == tag
+                ]
+                ann = (pick or members)[0] if (pick or members) else None
+            else:
+                break
+        model = ann
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return sorted(model.model_fields)
+    return []
+
+
+def config_problems(exc: ValidationError) -> list[str]:
+    """Each validation error as `dotted.path: value: reason` (unknown keys with the keys allowed there)."""
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        path = ".".join(str(p) for p in loc) or "config"
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(loc)
+            out.append(f"{path}: unknown key" + (f" (allowed here: {', '.join(allowed)})" if allowed else ""))
+        else:
+            value = err.get("input")
+            shown = "" if isinstance(value, (dict, list)) or value is None else f" = {str(value)[:80]!r}"
+            out.append(f"{path}{shown}: {err['msg']}")
+    return out
+
+
+def load_config(path: str | None = None, **overrides: Any) -> Config:
+    """The configuration: defaults < file (`path`, $ATTRIBUTION_CONFIG, ./attribution.yaml) < ATTRIBUTION_*
+    environment < `overrides`. Every problem is a ConfigError naming the dotted key."""
     if path:
         if not Path(path).is_file():
-            raise FileNotFoundError(f"config file {path} does not exist")
-        os.environ["ATTRIBUTION_CONFIG"] = path
-    return Config(**{k: v for k, v in overrides.items() if v is not None})
+            raise ConfigError([f"config file {path} does not exist"])
+        os.environ["ATTRIBUTION_CONFIG"] = str(Path(path).resolve())
+    try:
+        return Config(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise ConfigError(config_problems(exc)) from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        where = os.environ.get("ATTRIBUTION_CONFIG") or "attribution.yaml"
+        raise ConfigError([f"{where}: not valid YAML: {str(exc).splitlines()[0]}"]) from None

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
-from attribution.models import Diagnosis
-from flows.pipeline import RETRY_DELAYS_S, Request, attribute_story, failed_collect
-from rules.pack import Pack
-from tasks import steps
+from workload_attribution.contracts.errors import TransientSourceError
+from workload_attribution.contracts.identity import Target
+from workload_attribution.contracts.models import Diagnosis
+from workload_attribution.flows.pipeline import RETRY_DELAYS_S, Options, attribute_story
+from workload_attribution.tasks import steps
 
 
-def _with_retries(fn, *args):
+def _with_retries(fn: Callable[..., Any], *args: Any) -> Any:
     for delay in (*RETRY_DELAYS_S, None):
         try:
             return fn(*args)
-        except steps.TransientSourceError:
+        except TransientSourceError:
             if delay is None:
                 raise
             time.sleep(delay)
@@ -25,8 +28,8 @@ class InlineRunner:
     def __init__(self, pool: ThreadPoolExecutor):
         self.pool = pool
 
-    def scope(self, request):
-        return steps.scope_live(request.live) if request.live else steps.scope_attempt(request.bundle)
+    def scope(self, target, cluster):
+        return _with_retries(steps.scope_attempt, target, cluster)
 
     def collect(self, scoped, source, pack) -> Future:
         return self.pool.submit(_with_retries, steps.collect_source, scoped, source, pack)
@@ -41,6 +44,6 @@ class InlineRunner:
         return steps.publish(diagnosis, warehouse, scoped)
 
 
-def attribute_inline(request: Request, pack: Pack) -> Diagnosis:
+def attribute_inline(target: Target, options: Options) -> Diagnosis:
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="collect") as pool:
-        return attribute_story(InlineRunner(pool), request, pack, failed_collect)
+        return attribute_story(InlineRunner(pool), target, options)

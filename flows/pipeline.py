@@ -1,19 +1,24 @@
 """The story of one attribution, written once for both runners (Prefect and inline).
 
-    scope -> collect (every source in parallel, retried, each with a coverage record)
-          -> store -> attribute -> publish
+scope -> collect (every source in parallel, retried, each with a coverage record)
+      -> store -> attribute -> publish
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
-from attribution.models import Diagnosis
-from rules.engine import Settings
-from rules.pack import Pack
-from tasks import steps
-
+from workload_attribution.connectors.clusters import ClusterConfig
+from workload_attribution.connectors.registry import Collected
+from workload_attribution.contracts.errors import BadInput, NotStored, first_line
+from workload_attribution.contracts.identity import Target
+from workload_attribution.contracts.models import Coverage, Diagnosis
+from workload_attribution.flows.config import Config
+from workload_attribution.rules.engine import Settings
+from workload_attribution.rules.pack import Pack, RuleFileError, default_pack, load_pack
+from workload_attribution.tasks import steps
 
 # Delays between retries of a source's collection (transient errors only), for both runners.
 RETRY_DELAYS_S = (0.5, 2.0, 5.0)
@@ -26,44 +31,70 @@ class Future(Protocol):
 class Runner(Protocol):
     """How steps run: Prefect tasks (flows/attempt.py) or plain calls (flows/inline.py)."""
 
-    def scope(self, request: "Request") -> steps.Scoped: ...
+    def scope(self, target: Target, cluster: ClusterConfig | None) -> steps.Scoped: ...
     def collect(self, scoped: steps.Scoped, source: str, pack: Pack) -> Future: ...
-    def store(self, scoped: steps.Scoped, results: list[steps.SourceResult]) -> list: ...
-    def attribute(self, scoped: steps.Scoped, coverage: list, pack: Pack, settings: Settings, notes: list[str]) -> Diagnosis: ...
+    def store(self, scoped: steps.Scoped, results: list[Collected]) -> list[Coverage]: ...
+    def attribute(
+        self, scoped: steps.Scoped, coverage: list[Coverage], pack: Pack, settings: Settings, notes: list[str]
+    ) -> Diagnosis: ...
     def publish(self, diagnosis: Diagnosis, warehouse: str | None, scoped: steps.Scoped) -> Diagnosis: ...
 
 
 @dataclass
-class Request:
-    bundle: str | None = None                 # an offline attempt bundle, or
-    live: steps.LiveScope | None = None       # an attempt scoped from a configured cluster
-    warehouse: str | None = None
+class Options:
+    """What a diagnosis runs with besides its target, resolved from the configuration."""
+
+    pack: Pack
     settings: Settings = field(default_factory=Settings)
+    cluster: ClusterConfig | None = None  # the target's cluster (None for a bundle)
+    warehouse: str | None = None  # None: not stored
 
 
-def attribute_story(run: Runner, request: Request, pack: Pack,
-                    on_failed_collect: Callable[[str, BaseException], steps.SourceResult]) -> Diagnosis:
-    scoped = run.scope(request)
+def load_rules(rules_dir: str | Path | None) -> Pack:
+    """The rules pack every command uses: the named one (flag > env > config), else the shipped one.
+    A broken rule file is left out and listed in each diagnosis (rules.failed)."""
     try:
-        futures = {source: run.collect(scoped, source, pack) for source in scoped.sources}
+        return load_pack(rules_dir, skip_broken=True) if rules_dir else default_pack()
+    except RuleFileError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def resolve(cfg: Config, target: Target, pack: Pack | None = None, store: bool = True) -> tuple[Target, Options]:
+    """The target with its cluster named, and the options it runs with."""
+    cluster = None
+    if not target.bundle:
+        try:
+            name, cluster = cfg.cluster(target.cluster)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+        target = target.model_copy(update={"cluster": name})
+    return target, Options(
+        pack=pack or load_rules(cfg.rules_dir),
+        settings=cfg.rules,
+        cluster=cluster,
+        warehouse=cfg.warehouse or None if store else None,
+    )
+
+
+def attribute_story(run: Runner, target: Target, options: Options) -> Diagnosis:
+    scoped = run.scope(target, options.cluster)
+    try:
+        futures = {source: run.collect(scoped, source, options.pack) for source in scoped.sources}
         results = []
         for source, fut in futures.items():
             try:
                 results.append(fut.result())
             except Exception as exc:  # retries exhausted: the source is an error, the diagnosis goes on
-                results.append(on_failed_collect(source, exc))
+                results.append(steps.failed_collect(scoped, source, exc))
         coverage = run.store(scoped, results)
         notes = [n for r in results for n in r.notes]
-        diagnosis = run.attribute(scoped, coverage, pack, request.settings, notes)
-        return run.publish(diagnosis, request.warehouse, scoped)
+        diagnosis = run.attribute(scoped, coverage, options.pack, options.settings, notes)
+        try:
+            return run.publish(diagnosis, options.warehouse, scoped)
+        except NotStored as exc:
+            exc.diagnosis = diagnosis
+            raise
+        except Exception as exc:  # a full disk, a broken catalog: the diagnosis itself must survive
+            raise NotStored(f"warehouse {options.warehouse}: {first_line(exc)}", diagnosis) from exc
     finally:
         steps.drop_staging(scoped)
-
-
-def failed_collect(source: str, exc: BaseException) -> steps.SourceResult:
-    from attribution.models import Coverage, CoverageStatus
-
-    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    status = CoverageStatus(getattr(exc, "status", "error"))
-    return steps.SourceResult(Coverage(source=source, connector=getattr(exc, "connector", "bundle"), status=status,
-                                       error=f"failed after retries: {reason}"))

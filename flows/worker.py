@@ -26,17 +26,18 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 log = logging.getLogger("attribution.worker")
-HEARTBEAT_S = 30.0   # Prefect's minimum flow-run heartbeat interval
+HEARTBEAT_S = 30.0  # Prefect's minimum flow-run heartbeat interval
 
 
 class InProcessWorker:
-    def __init__(self, pool: str, queues: list[str] | None = None, limit: int = 2, poll_s: float = 1.0,
-                 name: str | None = None):
+    def __init__(
+        self, pool: str, queues: list[str] | None = None, limit: int = 2, poll_s: float = 1.0, name: str | None = None
+    ):
         self.pool, self.queues, self.limit, self.poll_s = pool, queues or None, max(1, limit), poll_s
         self.name = name or f"attribution-{socket.gethostname()}-{threading.get_native_id()}"
-        self._flows: dict[str, Any] = {}           # entrypoint -> Flow, loaded once: the warmth
-        self._entrypoints: dict[str, str] = {}     # deployment id -> entrypoint
-        self._running: dict[str, tuple[Future, Any]] = {}   # flow run id -> (future, flow run)
+        self._flows: dict[str, Any] = {}  # entrypoint -> Flow, loaded once: the warmth
+        self._entrypoints: dict[str, str] = {}  # deployment id -> entrypoint
+        self._running: dict[str, tuple[Future, Any]] = {}  # flow run id -> (future, flow run)
         self._beats: dict[str, float] = {}
         self.stop = threading.Event()
 
@@ -64,9 +65,9 @@ class InProcessWorker:
 
         started = time.monotonic()
         try:
-            with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):   # the worker beats (heartbeat())
+            with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):  # the worker beats (heartbeat())
                 run_flow(flow, flow_run=flow_run, return_type="state")
-        except BaseException:   # the engine has already recorded the run's failure in Prefect
+        except BaseException:  # the engine has already recorded the run's failure in Prefect
             log.exception("flow run %s raised", flow_run.id)
         finally:
             log.info("flow run %s (%s) done in %.2f s", flow_run.id, flow_run.name, time.monotonic() - started)
@@ -75,8 +76,9 @@ class InProcessWorker:
         from prefect.states import Crashed
 
         try:
-            client.set_flow_run_state(flow_run.id, Crashed(message=f"worker could not start the run: {exc}"),
-                                      force=True)
+            client.set_flow_run_state(
+                flow_run.id, Crashed(message=f"worker could not start the run: {exc}"), force=True
+            )
         except Exception:
             log.exception("could not mark flow run %s crashed", flow_run.id)
 
@@ -87,9 +89,13 @@ class InProcessWorker:
         now = time.monotonic()
         for run_id, (_, flow_run) in self._running.items():
             if now - self._beats.get(run_id, 0.0) >= every_s:
-                emit_event(event="prefect.flow-run.heartbeat",
-                           resource={"prefect.resource.id": f"prefect.flow-run.{run_id}",
-                                     "prefect.resource.name": flow_run.name or ""})
+                emit_event(
+                    event="prefect.flow-run.heartbeat",
+                    resource={
+                        "prefect.resource.id": f"prefect.flow-run.{run_id}",
+                        "prefect.resource.name": flow_run.name or "",
+                    },
+                )
                 self._beats[run_id] = now
 
     def poll_once(self, client, pool: ThreadPoolExecutor) -> int:
@@ -99,16 +105,20 @@ class InProcessWorker:
         if free <= 0:
             return 0
         responses = client.get_scheduled_flow_runs_for_work_pool(
-            work_pool_name=self.pool, work_queue_names=self.queues,
-            scheduled_before=datetime.now(timezone.utc) + timedelta(seconds=self.poll_s))
+            work_pool_name=self.pool,
+            work_queue_names=self.queues,
+            scheduled_before=datetime.now(timezone.utc) + timedelta(seconds=self.poll_s),
+        )
         started = 0
-        for resp in sorted(responses, key=lambda r: r.flow_run.next_scheduled_start_time or r.flow_run.expected_start_time)[:free]:
+        for resp in sorted(
+            responses, key=lambda r: r.flow_run.next_scheduled_start_time or r.flow_run.expected_start_time
+        )[:free]:
             flow_run = resp.flow_run
             if str(flow_run.id) in self._running:
                 continue
             try:
                 if not self._claim(client, flow_run):
-                    continue   # another worker won it
+                    continue  # another worker won it
                 flow = self._flow_for(client, flow_run)
             except Exception as exc:
                 self._crash(client, flow_run, exc)
@@ -120,8 +130,10 @@ class InProcessWorker:
     def run(self) -> None:
         from prefect.client.orchestration import get_client
 
-        with get_client(sync_client=True) as client, \
-                ThreadPoolExecutor(max_workers=self.limit, thread_name_prefix="flow-run") as pool:
+        with (
+            get_client(sync_client=True) as client,
+            ThreadPoolExecutor(max_workers=self.limit, thread_name_prefix="flow-run") as pool,
+        ):
             last_beat = 0.0
             while not self.stop.is_set():
                 now = time.monotonic()
@@ -131,7 +143,7 @@ class InProcessWorker:
                         last_beat = now
                     self.poll_once(client, pool)
                     self.heartbeat()
-                except Exception as exc:   # the server restarting must not end the worker
+                except Exception as exc:  # the server restarting must not end the worker
                     log.warning("polling %s failed: %s", self.pool, str(exc).splitlines()[0] if str(exc) else exc)
                 self.stop.wait(self.poll_s)
             for fut, _ in list(self._running.values()):

@@ -11,33 +11,61 @@ pack still runs; the diagnosis lists the failed rules.
 
 from __future__ import annotations
 
-import importlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import duckdb
+from pydantic import BaseModel, ConfigDict, Field
 
-from rules.pack import Pack, Rule
+from workload_attribution.rules.pack import Pack, Rule
 
 ENGINE_SQL = Path(__file__).resolve().parent / "engine.sql"
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
-EVENT_COLUMNS = ("symptom", "obs_id", "source", "node", "time", "rank", "component", "peer_node", "attrs",
-                 "title", "role_hint", "terminal_state", "sub_domain", "action", "interesting", "blame")
+EVENT_COLUMNS = (
+    "symptom",
+    "obs_id",
+    "source",
+    "node",
+    "time",
+    "rank",
+    "component",
+    "peer_node",
+    "attrs",
+    "title",
+    "role_hint",
+    "terminal_state",
+    "sub_domain",
+    "action",
+    "interesting",
+    "blame",
+)
 ANNOTATION_COLUMNS = tuple(c for c in EVENT_COLUMNS if c not in ("obs_id",))
 
 
-@dataclass
-class Settings:
-    skew_tolerance_s: float = 30.0
-    default_collective_timeout_s: float = 600.0
-    lookback_margin_s: float = 120.0
-    burst_window_s: float = 300.0
-    rule_timeout_s: float = 60.0
+class Settings(BaseModel):
+    """What the rules run with (`rules:` in the configuration)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    skew_tolerance_s: float = Field(
+        30.0, ge=0, le=3600, description="clock skew between hosts tolerated when ordering events"
+    )
+    default_collective_timeout_s: float = Field(
+        600.0, gt=0, le=86400, description="NCCL timeout assumed when none is printed"
+    )
+    lookback_margin_s: float = Field(120.0, ge=0, le=86400, description="extra look-back before the first cascade")
+    burst_window_s: float = Field(
+        300.0, ge=0, le=86400, description="repeats of one symptom within this window are one burst"
+    )
+    rule_timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="a rule running longer is interrupted and reported failed"
+    )
 
 
 @dataclass
@@ -58,38 +86,94 @@ class _NoRows(Exception):
 def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> None:
     con.execute(ENGINE_SQL.read_text())
     con.execute("DELETE FROM settings")
-    con.execute("INSERT INTO settings VALUES (?, ?, ?, ?)",
-                [settings.skew_tolerance_s, settings.default_collective_timeout_s,
-                 settings.lookback_margin_s, settings.burst_window_s])
-    con.execute(f"CREATE OR REPLACE TABLE xid_catalog AS SELECT * FROM read_csv('{DATA_DIR / 'xid_catalog.csv'}', header=true, all_varchar=false)")
-    con.execute(f"CREATE OR REPLACE TABLE nvlink5_decode AS SELECT * FROM read_csv('{DATA_DIR / 'nvlink5_decode.csv'}', header=true, all_varchar=true)")
+    con.execute(
+        "INSERT INTO settings VALUES (?, ?, ?, ?)",
+        [
+            settings.skew_tolerance_s,
+            settings.default_collective_timeout_s,
+            settings.lookback_margin_s,
+            settings.burst_window_s,
+        ],
+    )
+    data = Path(pack.path) / "data" if pack.path else DATA_DIR
+    con.execute(
+        f"CREATE OR REPLACE TABLE xid_catalog AS "
+        f"SELECT * FROM read_csv('{data / 'xid_catalog.csv'}', header=true, all_varchar=false)"
+    )
+    con.execute(
+        f"CREATE OR REPLACE TABLE nvlink5_decode AS "
+        f"SELECT * FROM read_csv('{data / 'nvlink5_decode.csv'}', header=true, all_varchar=true)"
+    )
     defs = pack.symptom_defs
     con.execute("DELETE FROM symptom_defs")
     if defs:
         con.execute(
             "INSERT INTO symptom_defs SELECT unnest($s), unnest($r), unnest($t), unnest($role), unnest($ts), "
             "unnest($sd), unnest($a), unnest($i), unnest($b)",
-            {"s": list(defs), "r": [v[0] for v in defs.values()], "t": [v[1].title for v in defs.values()],
-             "role": [v[1].role for v in defs.values()], "ts": [v[1].terminal_state for v in defs.values()],
-             "sd": [v[1].sub_domain for v in defs.values()], "a": [v[1].action for v in defs.values()],
-             "i": [v[1].interesting for v in defs.values()], "b": [v[1].blame for v in defs.values()]},
+            {
+                "s": list(defs),
+                "r": [v[0] for v in defs.values()],
+                "t": [v[1].title for v in defs.values()],
+                "role": [v[1].role for v in defs.values()],
+                "ts": [v[1].terminal_state for v in defs.values()],
+                "sd": [v[1].sub_domain for v in defs.values()],
+                "a": [v[1].action for v in defs.values()],
+                "i": [v[1].interesting for v in defs.values()],
+                "b": [v[1].blame for v in defs.values()],
+            },
         )
 
 
-def _rule_output(con: duckdb.DuckDBPyConnection, rule: Rule, settings: Settings) -> None:
+_PY_MODULES: dict[Path, Any] = {}
+_PY_LOCK = threading.Lock()
+
+
+def python_rule(pack: Pack, spec: str) -> Callable[..., Any]:
+    """A Python rule's function: `module:function`, the module a file of the pack's own python/
+    folder named in pack.yaml's `python:` list. Nothing else is importable by a rule."""
+    module, _, func = spec.partition(":")
+    if module not in pack.python_modules:
+        raise RuleRuntimeError(
+            f"python module {module!r} is not allowed by the pack (pack.yaml python: {pack.python_modules})"
+        )
+    path = (Path(pack.path) / "python" / f"{module}.py").resolve()
+    if not path.is_file() or not path.is_relative_to((Path(pack.path) / "python").resolve()):
+        raise RuleRuntimeError(f"python module {module!r}: no file python/{module}.py in the pack")
+    with _PY_LOCK:
+        mod = _PY_MODULES.get(path)
+        if mod is None:
+            import hashlib
+            import importlib.util
+
+            name = f"_attribution_rules_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}_{module}"
+            loader_spec = importlib.util.spec_from_file_location(name, path)
+            if loader_spec is None or loader_spec.loader is None:
+                raise RuleRuntimeError(f"python module {module!r}: cannot be loaded")
+            mod = importlib.util.module_from_spec(loader_spec)
+            loader_spec.loader.exec_module(mod)
+            _PY_MODULES[path] = mod
+    fn = getattr(mod, func, None)
+    if not callable(fn):
+        raise RuleRuntimeError(f"python module {module!r} has no function {func!r}")
+    return fn
+
+
+def _rule_output(con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, settings: Settings) -> None:
     """Materialise the rule's result as temp table rule_out."""
     if rule.sql:
         con.execute(f"CREATE OR REPLACE TEMP TABLE rule_out AS {rule.sql}")
         return
-    module_name, func_name = rule.python.split(":")
-    func = getattr(importlib.import_module(module_name), func_name)
+    assert rule.python is not None  # a rule has sql or python (the model checks)
+    func = python_rule(pack, rule.python)
     rows: list[dict[str, Any]] = func(con, settings) or []
     con.execute("DROP TABLE IF EXISTS rule_out")
     if not rows:
         raise _NoRows
     payload = json.dumps(rows, default=str)
-    con.execute("CREATE TEMP TABLE rule_out AS SELECT unnest(from_json($p::JSON, $shape), recursive := true)",
-                {"p": payload, "shape": json.dumps([_json_shape(rows)])})
+    con.execute(
+        "CREATE TEMP TABLE rule_out AS SELECT unnest(from_json($p::JSON, $shape), recursive := true)",
+        {"p": payload, "shape": json.dumps([_json_shape(rows)])},
+    )
 
 
 def _json_shape(rows: list[dict[str, Any]]) -> dict[str, str]:
@@ -119,9 +203,9 @@ def _check_columns(rule: Rule, cols: list[str]) -> None:
         missing = {"obs_id", "symptom"} - set(cols)
         if missing:
             raise RuleRuntimeError(f"events output lacks column(s) {sorted(missing)}")
-        unknown = set(cols) - set(EVENT_COLUMNS)
-        if unknown:
-            raise RuleRuntimeError(f"events output has unknown column(s) {sorted(unknown)}")
+        extra = set(cols) - set(EVENT_COLUMNS)
+        if extra:
+            raise RuleRuntimeError(f"events output has unknown column(s) {sorted(extra)}")
     elif rule.output == "annotations":
         if "event_id" not in cols:
             raise RuleRuntimeError("annotations output needs an event_id column")
@@ -143,27 +227,36 @@ def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
     row = cur.fetchone()
     n = row[0] if row else 0
     _check_columns(rule, cols)
-    if n == 0:   # most rules find nothing in most attempts: nothing to apply
+    if n == 0:  # most rules find nothing in most attempts: nothing to apply
         return 0
     if rule.output == "events":
         select = ", ".join(f"o.{c}" for c in cols)
-        con.execute(f"""
+        con.execute(
+            f"""
             INSERT INTO events BY NAME
             SELECT nextval('event_seq') AS event_id, $rule AS rule_id, {select} FROM rule_out o
-        """, {"rule": rule.id})
+        """,
+            {"rule": rule.id},
+        )
         # Whatever the rule did not say, the observation does; the symptom's definition gives its meaning.
-        con.execute("""
+        con.execute(
+            """
             UPDATE events SET node = coalesce(events.node, o.node), time = coalesce(events.time, o.time),
                               rank = coalesce(events.rank, o.rank), source = coalesce(events.source, o.source)
             FROM observations o WHERE o.obs_id = events.obs_id AND events.rule_id = $rule
-        """, {"rule": rule.id})
-        con.execute("""
+        """,
+            {"rule": rule.id},
+        )
+        con.execute(
+            """
             UPDATE events SET title = coalesce(events.title, d.title), role_hint = coalesce(events.role_hint, d.role),
                 terminal_state = coalesce(events.terminal_state, d.terminal_state),
                 sub_domain = coalesce(events.sub_domain, d.sub_domain), action = coalesce(events.action, d.action),
                 interesting = coalesce(events.interesting, d.interesting), blame = coalesce(events.blame, d.blame)
             FROM symptom_defs d WHERE d.symptom = events.symptom AND events.rule_id = $rule
-        """, {"rule": rule.id})
+        """,
+            {"rule": rule.id},
+        )
     elif rule.output == "annotations":
         sets = []
         for c in cols:
@@ -177,20 +270,27 @@ def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
             con.execute(f"UPDATE events SET {', '.join(sets)} FROM rule_out a WHERE a.event_id = events.event_id")
     elif rule.output == "verdicts":
         select = ", ".join(f"o.{c}" for c in cols)
-        con.execute(f"INSERT INTO verdicts BY NAME SELECT $rule AS rule_id, {select} FROM rule_out o", {"rule": rule.id})
+        con.execute(
+            f"INSERT INTO verdicts BY NAME SELECT $rule AS rule_id, {select} FROM rule_out o", {"rule": rule.id}
+        )
     elif rule.output == "roles":
-        demoted = "coalesce(r.demoted_by, $rule)" if "demoted_by" in cols else "CASE WHEN r.role = 'cascade' THEN $rule END"
+        demoted = (
+            "coalesce(r.demoted_by, $rule)" if "demoted_by" in cols else "CASE WHEN r.role = 'cascade' THEN $rule END"
+        )
         interesting = "coalesce(r.interesting, events.interesting)" if "interesting" in cols else "events.interesting"
-        con.execute(f"""
+        con.execute(
+            f"""
             UPDATE events SET role = r.role,
                               demoted_by = CASE WHEN r.role = 'cascade' THEN {demoted} END,
                               interesting = {interesting}
             FROM rule_out r WHERE r.event_id = events.event_id AND events.role IS NULL
-        """, {"rule": rule.id})
+        """,
+            {"rule": rule.id},
+        )
     return n
 
 
-def run_rule(con: duckdb.DuckDBPyConnection, rule: Rule, settings: Settings, result: RunResult) -> None:
+def run_rule(con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, settings: Settings, result: RunResult) -> None:
     started = time.perf_counter()
     # A runaway query is interrupted (DuckDB checks between vectors); a Python rule's own loops
     # cannot be, only the SQL it runs.
@@ -200,7 +300,7 @@ def run_rule(con: duckdb.DuckDBPyConnection, rule: Rule, settings: Settings, res
     try:
         con.execute("BEGIN TRANSACTION")
         try:
-            _rule_output(con, rule, settings)
+            _rule_output(con, pack, rule, settings)
             n = _apply(con, rule)
         except _NoRows:
             n = 0
@@ -213,8 +313,13 @@ def run_rule(con: duckdb.DuckDBPyConnection, rule: Rule, settings: Settings, res
         except duckdb.Error:
             pass
         timed_out = isinstance(exc, duckdb.InterruptException) or "INTERRUPT" in str(exc).upper()
-        error = (f"timed out after {settings.rule_timeout_s:g} s (interrupted)" if timed_out
-                 else str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+        error = (
+            f"timed out after {settings.rule_timeout_s:g} s (interrupted)"
+            if timed_out
+            else str(exc).splitlines()[0][:300]
+            if str(exc)
+            else type(exc).__name__
+        )
         result.failed.append({"rule": rule.id, "error": error})
     finally:
         timer.cancel()
@@ -226,22 +331,23 @@ def choose_verdict(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("INSERT INTO verdict SELECT * FROM verdicts ORDER BY priority DESC, rule_id LIMIT 1")
 
 
-def run_phases(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings | None = None,
-               prepared: bool = False) -> RunResult:
+def run_phases(
+    con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings | None = None, prepared: bool = False
+) -> RunResult:
     settings = settings or Settings()
     result = RunResult(failed=list(pack.broken))
     if not prepared:
         prepare(con, pack, settings)
     for rule in pack.by_phase("extract"):
-        run_rule(con, rule, settings, result)
+        run_rule(con, pack, rule, settings, result)
     for rule in pack.by_phase("early"):
-        run_rule(con, rule, settings, result)
+        run_rule(con, pack, rule, settings, result)
     final = pack.by_phase("final")
     for rule in (r for r in final if r.output != "roles"):
-        run_rule(con, rule, settings, result)
+        run_rule(con, pack, rule, settings, result)
     choose_verdict(con)
     for rule in (r for r in final if r.output == "roles"):
-        run_rule(con, rule, settings, result)
+        run_rule(con, pack, rule, settings, result)
     for rule in pack.by_phase("report"):
-        run_rule(con, rule, settings, result)
+        run_rule(con, pack, rule, settings, result)
     return result

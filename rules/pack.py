@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 # libyaml's C loader when present: the same safe subset, ~15x faster than the pure-Python one.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 RULES_DIR = Path(__file__).resolve().parent
 PHASES = ("extract", "early", "final", "report")
@@ -72,7 +72,11 @@ class Rule(Strict):
     labels: dict[str, str] = Field(default_factory=dict)
     symptoms: dict[str, SymptomDef] = Field(default_factory=dict)
     sql: str | None = None
-    python: str | None = Field(default=None, pattern=r"^[a-zA-Z_][\w.]*:[a-zA-Z_]\w*$")
+    python: str | None = Field(
+        default=None,
+        pattern=r"^[a-z_][a-z0-9_]*:[a-zA-Z_]\w*$",
+        description="module:function, the module a file of the pack's python/ folder that pack.yaml allows",
+    )
     tests: list[RuleTest] = Field(min_length=1)
     path: str = ""
 
@@ -84,7 +88,7 @@ class Rule(Strict):
         return value
 
     @model_validator(mode="after")
-    def _one_body(self) -> "Rule":
+    def _one_body(self) -> Rule:
         if bool(self.sql) == bool(self.python):
             raise ValueError("exactly one of 'sql' or 'python' is required")
         text_sources = {"app", "syslog", "fabricmanager", "scheduler_log"}
@@ -96,8 +100,13 @@ class Rule(Strict):
 class Pack(BaseModel):
     version: str
     rules: list[Rule]
-    broken: list[dict[str, str]] = Field(default_factory=list,
-                                         description="rule files left out (load_pack(skip_broken=True)): rule, error")
+    path: str = Field("", description="the pack's directory")
+    python_modules: list[str] = Field(
+        default_factory=list, description="pack.yaml `python:`: modules of python/ that rules may call"
+    )
+    broken: list[dict[str, str]] = Field(
+        default_factory=list, description="rule files left out (load_pack(skip_broken=True)): rule, error"
+    )
 
     @property
     def symptom_defs(self) -> dict[str, tuple[str, SymptomDef]]:
@@ -118,7 +127,7 @@ class Pack(BaseModel):
         return sorted((r for r in self.rules if r.phase == phase), key=lambda r: (r.order, r.id))
 
 
-def _field_of(err: dict[str, Any]) -> str:
+def _field_of(err: Any) -> str:
     return ".".join(str(p) for p in err["loc"]) or "rule"
 
 
@@ -127,8 +136,13 @@ def load_rule(path: Path) -> Rule:
         doc = yaml.load(path.read_text(), Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise RuleFileError(path, None, "yaml", f"not valid YAML{f' (line {mark.line + 1})' if mark else ''}: "
-                            f"{str(getattr(exc, 'problem', None) or exc).splitlines()[0]}") from None
+        raise RuleFileError(
+            path,
+            None,
+            "yaml",
+            f"not valid YAML{f' (line {mark.line + 1})' if mark else ''}: "
+            f"{str(getattr(exc, 'problem', None) or exc).splitlines()[0]}",
+        ) from None
     if not isinstance(doc, dict):
         raise RuleFileError(path, None, "rule", "a rule file is a mapping of fields")
     rule_id = doc.get("id") if isinstance(doc.get("id"), str) else None
@@ -143,16 +157,32 @@ def load_rule(path: Path) -> Rule:
     return rule
 
 
+def pack_meta(rules_dir: Path) -> dict[str, Any]:
+    path = rules_dir / "pack.yaml"
+    if not path.is_file():
+        raise RuleFileError(path, None, "pack", "a rules pack has a pack.yaml (its version)")
+    try:
+        meta = yaml.load(path.read_text(), Loader=SAFE_LOADER) or {}
+    except yaml.YAMLError as exc:
+        raise RuleFileError(path, None, "yaml", f"not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(meta, dict):
+        raise RuleFileError(path, None, "pack", "pack.yaml is a mapping (version, python)")
+    mods = meta.get("python") or []
+    if not isinstance(mods, list) or not all(isinstance(m, str) and m.isidentifier() for m in mods):
+        raise RuleFileError(path, None, "python", "a list of module names in the pack's python/ folder")
+    return meta
+
+
 def pack_version(rules_dir: Path, files: list[Path]) -> str:
-    meta = yaml.load((rules_dir / "pack.yaml").read_text(), Loader=SAFE_LOADER) or {}
+    meta = pack_meta(rules_dir)
     digest = hashlib.sha256()
-    for f in sorted(files) + sorted((rules_dir / "data").glob("*.csv")):
+    for f in sorted(files) + sorted((rules_dir / "data").glob("*.csv")) + sorted((rules_dir / "python").glob("*.py")):
         digest.update(f.relative_to(rules_dir).as_posix().encode())
         digest.update(f.read_bytes())
     return f"{meta.get('version', '0')}+{digest.hexdigest()[:10]}"
 
 
-def load_pack(rules_dir: Path | None = None, skip_broken: bool = False) -> Pack:
+def load_pack(rules_dir: str | Path | None = None, skip_broken: bool = False) -> Pack:
     """Load and validate every rule file. The first broken file raises RuleFileError, or, with
     `skip_broken` (diagnosing: one bad file must not stop every diagnosis), is left out and listed
     in `pack.broken` by rule id (the file's name when the id cannot be read), so each diagnosis
@@ -173,10 +203,16 @@ def load_pack(rules_dir: Path | None = None, skip_broken: bool = False) -> Pack:
             continue
         seen[r.id] = r.path
         rules.append(r)
-    return Pack(version=pack_version(rules_dir, files), rules=rules, broken=broken)
+    return Pack(
+        version=pack_version(rules_dir, files),
+        rules=rules,
+        broken=broken,
+        path=str(rules_dir),
+        python_modules=list(pack_meta(rules_dir).get("python") or []),
+    )
 
 
-def validate_pack(rules_dir: Path | None = None) -> tuple[Pack | None, list[RuleFileError]]:
+def validate_pack(rules_dir: str | Path | None = None) -> tuple[Pack | None, list[RuleFileError]]:
     """Validate every file (not just the first broken one): for `attribution rules validate`."""
     rules_dir = Path(rules_dir or RULES_DIR)
     files = sorted(p for phase in PHASES for p in (rules_dir / phase).glob("*.yaml"))

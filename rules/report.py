@@ -3,63 +3,93 @@
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import datetime, timezone
 from typing import Any
 
 import duckdb
 
-from attribution.models import (
-    AttemptRef, AttemptScope, Candidate, Coverage, Diagnosis, Evidence, RootCause, RulesStamp, Symptom,
+from workload_attribution.contracts.models import (
+    AttemptScope,
+    Candidate,
+    Coverage,
+    Diagnosis,
+    Evidence,
+    RootCause,
+    RulesStamp,
+    Symptom,
 )
-from connectors.staging import rows
-from rules.engine import RunResult
+from workload_attribution.contracts.staging import rows
+from workload_attribution.rules.engine import RunResult
 
 # Evidence records kept per symptom group (the count says how many lines there were).
 EVIDENCE_PER_SYMPTOM = 3
 EVIDENCE_FOR_ROOT = 10
-NAMESPACE = uuid.UUID("6f1c1a52-9a51-4d6b-9d4e-3c8b1c1f7a10")
 
 
 def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
 
 
-def diagnosis_id(scope: AttemptScope) -> str:
-    """Stable per attempt: re-diagnosing an attempt replaces the same diagnosis."""
-    return str(uuid.uuid5(NAMESPACE, scope.key))
-
-
 def _ref(o: dict[str, Any]) -> str:
     if o["kind"] == "sample":
         where = f"{o['path']}:{o['lineno']}" if o["lineno"] else (o["path"] or "metrics")
-        return f"{where} {o['series']}@{_utc(o['time']).isoformat() if o['time'] else '?'}"
+        when = _utc(o["time"])
+        return f"{where} {o['series']}@{when.isoformat() if when else '?'}"
     if o["path"] and o["lineno"]:
         return f"{o['path']}:{o['lineno']}"
     return o["path"] or o["source"] or "unknown"
 
 
-def build(con: duckdb.DuckDBPyConnection, scope: AttemptScope, coverage: list[Coverage], run: RunResult,
-          pack_version: str, notes: list[str]) -> Diagnosis:
+def build(
+    con: duckdb.DuckDBPyConnection,
+    scope: AttemptScope,
+    coverage: list[Coverage],
+    run: RunResult,
+    pack_version: str,
+    notes: list[str],
+) -> Diagnosis:
     verdict = rows(con, "SELECT * FROM verdict")
-    v = verdict[0] if verdict else {"terminal_state": "unknown", "sub_domain": "insufficient_evidence",
-                                     "confidence": "low", "root_event_id": None, "blamed_nodes": [],
-                                     "candidate_event_ids": None, "action": "restart_job", "reason": "no verdict"}
-    events = rows(con, """
+    v = (
+        verdict[0]
+        if verdict
+        else {
+            "terminal_state": "unknown",
+            "sub_domain": "insufficient_evidence",
+            "confidence": "low",
+            "root_event_id": None,
+            "blamed_nodes": [],
+            "candidate_event_ids": None,
+            "action": "restart_job",
+            "reason": "no verdict",
+        }
+    )
+    events = rows(
+        con,
+        """
         SELECT e.*, o.kind, o.text, o.path, o.lineno, o.series, o.connector,
                (SELECT time_quality FROM log_lines l WHERE l.obs_id = e.obs_id) AS time_quality
         FROM events e LEFT JOIN observations o USING (obs_id)
         WHERE e.role IS NOT NULL
         ORDER BY e.time NULLS LAST, e.event_id
-    """)
+    """,
+    )
     evidence: dict[int, Evidence] = {}
 
     def cite(e: dict[str, Any]) -> str:
         if e["obs_id"] not in evidence:
             evidence[e["obs_id"]] = Evidence(
-                id=f"ev-{len(evidence) + 1}", source=e["source"] or "?", node=e["node"], time=_utc(e["time"]),
-                text=e["text"] or "", ref=_ref(e), connector=e["connector"], path=e["path"], line=e["lineno"],
-                series=e["series"], time_quality=e["time_quality"])
+                id=f"ev-{len(evidence) + 1}",
+                source=e["source"] or "?",
+                node=e["node"],
+                time=_utc(e["time"]),
+                text=e["text"] or "",
+                ref=_ref(e),
+                connector=e["connector"],
+                path=e["path"],
+                line=e["lineno"],
+                series=e["series"],
+                time_quality=e["time_quality"],
+            )
         return evidence[e["obs_id"]].id
 
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -69,18 +99,32 @@ def build(con: duckdb.DuckDBPyConnection, scope: AttemptScope, coverage: list[Co
     role_order = {"root": 0, "contributing": 1, "cascade": 2, "context": 3}
     symptoms: list[Symptom] = []
     for (symptom, node, role, demoted_by), evs in sorted(
-            groups.items(), key=lambda kv: (role_order.get(kv[0][2], 9), kv[1][0]["time"] or datetime.max, kv[0][0])):
+        groups.items(), key=lambda kv: (role_order.get(kv[0][2], 9), kv[1][0]["time"] or datetime.max, kv[0][0])
+    ):
         limit = EVIDENCE_FOR_ROOT if role == "root" else EVIDENCE_PER_SYMPTOM
         ranks = sorted({e["rank"] for e in evs if e["rank"] is not None})
         first = evs[0]
         times = [e["time"] for e in evs if e["time"] is not None]
         details = json.loads(first["attrs"]) if first["attrs"] else {}
-        symptoms.append(Symptom(
-            symptom=symptom, role=role, title=first["title"], node=node,
-            rank=ranks[0] if ranks else None, ranks=ranks[:64], component=first["component"],
-            first_seen=_utc(min(times)) if times else None, last_seen=_utc(max(times)) if times else None,
-            count=len(evs), demoted_by=demoted_by, interesting=bool(first["interesting"]) and role != "root",
-            rule=first["rule_id"], evidence=[cite(e) for e in evs[:limit]], details=details))
+        symptoms.append(
+            Symptom(
+                symptom=symptom,
+                role=role,
+                title=first["title"],
+                node=node,
+                rank=ranks[0] if ranks else None,
+                ranks=ranks[:64],
+                component=first["component"],
+                first_seen=_utc(min(times)) if times else None,
+                last_seen=_utc(max(times)) if times else None,
+                count=len(evs),
+                demoted_by=demoted_by,
+                interesting=bool(first["interesting"]) and role != "root",
+                rule=first["rule_id"],
+                evidence=[cite(e) for e in evs[:limit]],
+                details=details,
+            )
+        )
 
     root_cause = None
     candidates: list[Candidate] = []
@@ -91,34 +135,54 @@ def build(con: duckdb.DuckDBPyConnection, scope: AttemptScope, coverage: list[Co
         details = json.loads(root["attrs"]) if root["attrs"] else {}
         blamed = v.get("blamed_nodes") or []
         root_cause = RootCause(
-            symptom=root["symptom"], title=root["title"] or root["symptom"],
-            node=root["node"] if blamed else None, component=root["component"], first_seen=_utc(root["time"]),
-            evidence=[cite(e) for e in same[:EVIDENCE_FOR_ROOT]], details=details)
+            symptom=root["symptom"],
+            title=root["title"] or root["symptom"],
+            node=root["node"] if blamed else None,
+            component=root["component"],
+            first_seen=_utc(root["time"]),
+            evidence=[cite(e) for e in same[:EVIDENCE_FOR_ROOT]],
+            details=details,
+        )
     for cid in v.get("candidate_event_ids") or []:
         c = by_id.get(cid)
         if c is not None:
-            candidates.append(Candidate(symptom=c["symptom"], terminal_state=c["terminal_state"] or "unknown",
-                                        sub_domain=c["sub_domain"] or "unknown", node=c["node"],
-                                        first_seen=_utc(c["time"]), evidence=[cite(c)]))
+            candidates.append(
+                Candidate(
+                    symptom=c["symptom"],
+                    terminal_state=c["terminal_state"],
+                    sub_domain=c["sub_domain"],
+                    node=c["node"],
+                    first_seen=_utc(c["time"]),
+                    evidence=[cite(c)],
+                )
+            )
 
     action = v.get("action") or "none"
-    recovery = [json.loads(e["attrs"]).get("recovery_action") for e in events
-                if e["symptom"] == "xid_154" and e["attrs"] and root is not None and e["node"] == root["node"]]
+    recovery = [
+        json.loads(e["attrs"]).get("recovery_action")
+        for e in events
+        if e["symptom"] == "xid_154" and e["attrs"] and root is not None and e["node"] == root["node"]
+    ]
     if "Node Reboot Required" in recovery:
         action = "reboot_node"
     elif any(r in ("GPU Reset Required", "Drain and Reset") for r in recovery) and action in ("drain_node", "none"):
         action = "drain_and_reset_gpu"
 
     diag = Diagnosis(
-        diagnosis_id=diagnosis_id(scope),
-        attempt=AttemptRef(cluster=scope.cluster, scheduler=scope.scheduler, job_id=scope.job_id,
-                           attempt=scope.attempt, nodes=scope.nodes, start=scope.start, end=scope.end,
-                           state=scope.state, exit_code=scope.exit_code, name=scope.name, user=scope.user),
-        terminal_state=v["terminal_state"], sub_domain=v["sub_domain"], confidence=v.get("confidence") or "low",
-        root_cause=root_cause, affected_nodes=sorted(n for n in (v.get("blamed_nodes") or []) if n),
-        affected_components=list(v.get("components") or []), candidates=candidates, symptoms=symptoms,
-        recommended_action=action, notes=list(notes) + ([v["reason"]] if v.get("reason") else []),
-        coverage=coverage, rules=RulesStamp(version=pack_version, fired=sorted(set(run.fired)), failed=run.failed),
+        diagnosis_id=scope.id.diagnosis_id,
+        attempt=scope,
+        terminal_state=v["terminal_state"],
+        sub_domain=v["sub_domain"],
+        confidence=v.get("confidence") or "low",
+        root_cause=root_cause,
+        affected_nodes=sorted(n for n in (v.get("blamed_nodes") or []) if n),
+        affected_components=list(v.get("components") or []),
+        candidates=candidates,
+        symptoms=symptoms,
+        recommended_action=action,
+        notes=list(notes) + ([v["reason"]] if v.get("reason") else []),
+        coverage=coverage,
+        rules=RulesStamp(version=pack_version, fired=sorted(set(run.fired)), failed=run.failed),
         evidence=sorted(evidence.values(), key=lambda ev: int(ev.id.split("-")[1])),
     )
     diag.explanation = explain(diag)
@@ -139,8 +203,10 @@ def explain(d: Diagnosis) -> str:
         parts.append(f"Root: {rc.title}{where}{comp}{when}.")
         decode = rc.details.get("decode") if isinstance(rc.details, dict) else None
         if decode and decode.get("investigatory_action"):
-            parts.append(f"NVLink decode ({decode.get('layout')}): {decode.get('subcode')}, reason bits "
-                         f"{decode.get('reason_bits')} -> {decode.get('investigatory_action')}.")
+            parts.append(
+                f"NVLink decode ({decode.get('layout')}): {decode.get('subcode')}, reason bits "
+                f"{decode.get('reason_bits')} -> {decode.get('investigatory_action')}."
+            )
     cascades = [s for s in d.symptoms if s.role == "cascade"]
     if cascades:
         nodes = sorted({s.node for s in cascades if s.node})

@@ -13,14 +13,28 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from attribution.models import AttemptScope, Observation
-from connectors.staging import connect, create_staging, insert_observations, release_staging, rows
-from connectors.text import normalize
-from rules.engine import RunResult, Settings, prepare, run_rule
-from rules.pack import Pack, Rule, RuleTest
+from workload_attribution.contracts.lines import Line, normalize, stage_lines
+from workload_attribution.contracts.models import AttemptScope, Observation
+from workload_attribution.contracts.staging import (
+    connected,
+    create_staging,
+    insert_observations,
+    release_staging,
+    rows,
+    scalar,
+)
+from workload_attribution.rules.engine import RunResult, Settings, prepare, run_rule
+from workload_attribution.rules.pack import Pack, Rule, RuleTest
 
-DEFAULT_ATTEMPT = {"cluster": "test", "scheduler": "slurm", "job_id": "1", "attempt": 0,
-                   "start": "2026-01-01T00:00:00Z", "end": "2026-12-31T00:00:00Z", "state": "FAILED"}
+DEFAULT_ATTEMPT = {
+    "cluster": "test",
+    "scheduler": "slurm",
+    "job_id": "1",
+    "attempt": 0,
+    "start": "2026-01-01T00:00:00Z",
+    "end": "2026-12-31T00:00:00Z",
+    "state": "FAILED",
+}
 
 
 @dataclass
@@ -41,26 +55,45 @@ def _load(con, case: RuleTest, scope: AttemptScope) -> None:
     for x in case.lines:
         by_file.setdefault((x["source"], x.get("node")), []).append(x["text"])
     for (source, node), texts in by_file.items():
-        fid = con.execute("SELECT nextval('file_seq')").fetchone()[0]
-        ref = f"logs/{source}/{node or 'ctl'}.log"
-        con.execute("INSERT INTO source_files VALUES (?, ?, 'test', ?, ?, ?, 0, 0, NULL)",
-                    [fid, source, node, ref, len(texts)])
-        con.execute("INSERT INTO raw_lines SELECT $f, unnest($n), unnest($t), NULL, NULL",
-                    {"f": fid, "n": list(range(1, len(texts) + 1)), "t": texts})
+        stage_lines(
+            con,
+            source,
+            "test",
+            node,
+            f"logs/{source}/{node or 'ctl'}.log",
+            [Line(t, i) for i, t in enumerate(texts, 1)],
+        )
     if case.lines:
         normalize(con, scope.timezone, scope.start.replace(tzinfo=None), {})
     if case.records:
-        insert_observations(con, [Observation(connector="test", kind=r.get("kind", "record"),
-                                               **{k: v for k, v in r.items() if k != "kind"}) for r in case.records])
+        insert_observations(
+            con,
+            [
+                Observation(
+                    connector="test", kind=r.get("kind", "record"), **{k: v for k, v in r.items() if k != "kind"}
+                )
+                for r in case.records
+            ],
+        )
     for m in case.samples:
         labels = {k: str(v) for k, v in (m.get("labels") or {}).items()}
-        con.execute("INSERT INTO samples VALUES (nextval('obs_seq'), 'metrics', 'test', ?, ?, map(?::VARCHAR[], ?::VARCHAR[]), "
-                    "?, ?, ?::TIMESTAMP, 'metrics/test.prom', NULL, NULL)",
-                    [m.get("node"), m["metric"], list(labels), list(labels.values()), m.get("series", m["metric"]),
-                     m["value"], m["time"]])
+        con.execute(
+            "INSERT INTO samples VALUES (nextval('obs_seq'), 'metrics', 'test', ?, ?, map(?::VARCHAR[], ?::VARCHAR[]), "
+            "?, ?, ?::TIMESTAMP, 'metrics/test.prom', NULL, NULL)",
+            [
+                m.get("node"),
+                m["metric"],
+                list(labels),
+                list(labels.values()),
+                m.get("series", m["metric"]),
+                m["value"],
+                m["time"],
+            ],
+        )
     for c in case.coverage:
-        con.execute("INSERT INTO coverage VALUES (?, 'test', ?, 0, ?, 0, NULL)",
-                    [c["source"], c["status"], c.get("nodes", [])])
+        con.execute(
+            "INSERT INTO coverage VALUES (?, 'test', ?, 0, ?, 0, NULL)", [c["source"], c["status"], c.get("nodes", [])]
+        )
     for i, e in enumerate(case.events, 1):
         cols = {"event_id": i, "rule_id": "test", **e}
         if "attrs" in cols:
@@ -96,36 +129,42 @@ def run_case(pack: Pack, rule: Rule, case: RuleTest, settings: Settings | None =
     settings = settings or Settings()
     scope = _scope(case)
     staging = create_staging(scope)
-    con = connect(staging)
     try:
-        prepare(con, pack, settings)
-        _load(con, case, scope)
-        result = RunResult()
-        before = con.execute("SELECT coalesce(max(event_id), 0) FROM events").fetchone()[0]
-        if rule.output == "roles":
-            con.execute("INSERT INTO verdict (rule_id, terminal_state, sub_domain, priority, root_event_id) "
-                        "VALUES ('test', 'x', 'x', 1, ?)", [case.verdict_root or 1])
-        run_rule(con, rule, settings, result)
-        if result.failed:
-            return CaseResult(rule.id, case.name, False, f"rule failed: {result.failed[0]['error']}")
-        if rule.output == "events":
-            out = rows(con, f"SELECT * FROM events WHERE event_id > {before} ORDER BY event_id")
-        elif rule.output == "verdicts":
-            out = rows(con, "SELECT * FROM verdicts ORDER BY priority DESC")
-        elif rule.output == "roles":
-            out = rows(con, "SELECT * FROM events WHERE role IS NOT NULL ORDER BY event_id")
-        else:
-            out = rows(con, "SELECT * FROM events ORDER BY event_id")
-        for exp in case.expect:
-            if not any(all(_same(_lookup(row, k), v) for k, v in exp.items()) for row in out):
-                shown = [{k: _lookup(r, k) for k in exp} for r in out][:5]
-                return CaseResult(rule.id, case.name, False, f"expected {exp}, got {shown or 'no rows'}")
-        if case.expect_count is not None and len(out) != case.expect_count:
-            return CaseResult(rule.id, case.name, False, f"expected {case.expect_count} row(s), got {len(out)}")
-        return CaseResult(rule.id, case.name, True)
+        with connected(staging) as con:
+            return _run_case(con, pack, rule, case, scope, settings)
     finally:
-        con.close()
         release_staging(staging)
+
+
+def _run_case(con, pack: Pack, rule: Rule, case: RuleTest, scope: AttemptScope, settings: Settings) -> CaseResult:
+    prepare(con, pack, settings)
+    _load(con, case, scope)
+    result = RunResult()
+    before = scalar(con, "SELECT coalesce(max(event_id), 0) FROM events")
+    if rule.output == "roles":
+        con.execute(
+            "INSERT INTO verdict (rule_id, terminal_state, sub_domain, priority, root_event_id) "
+            "VALUES ('test', 'x', 'x', 1, ?)",
+            [case.verdict_root or 1],
+        )
+    run_rule(con, pack, rule, settings, result)
+    if result.failed:
+        return CaseResult(rule.id, case.name, False, f"rule failed: {result.failed[0]['error']}")
+    if rule.output == "events":
+        out = rows(con, f"SELECT * FROM events WHERE event_id > {before} ORDER BY event_id")
+    elif rule.output == "verdicts":
+        out = rows(con, "SELECT * FROM verdicts ORDER BY priority DESC")
+    elif rule.output == "roles":
+        out = rows(con, "SELECT * FROM events WHERE role IS NOT NULL ORDER BY event_id")
+    else:
+        out = rows(con, "SELECT * FROM events ORDER BY event_id")
+    for exp in case.expect:
+        if not any(all(_same(_lookup(row, k), v) for k, v in exp.items()) for row in out):
+            shown = [{k: _lookup(r, k) for k in exp} for r in out][:5]
+            return CaseResult(rule.id, case.name, False, f"expected {exp}, got {shown or 'no rows'}")
+    if case.expect_count is not None and len(out) != case.expect_count:
+        return CaseResult(rule.id, case.name, False, f"expected {case.expect_count} row(s), got {len(out)}")
+    return CaseResult(rule.id, case.name, True)
 
 
 def run_tests(pack: Pack, only: str | None = None) -> list[CaseResult]:

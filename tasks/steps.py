@@ -1,7 +1,8 @@
 """The steps of one attribution, as plain functions (no Prefect import here).
 
 flows/attempt.py wraps them as Prefect tasks; flows/inline.py calls them directly. Both run the
-same story: scope -> collect (each source in parallel) -> store -> attribute -> publish.
+same story (flows/pipeline.py): scope -> collect (each source in parallel) -> store -> attribute
+-> publish.
 """
 
 from __future__ import annotations
@@ -10,107 +11,88 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from attribution.models import AttemptScope, Coverage, CoverageStatus, Diagnosis, Observation
-from connectors import TransientSourceError
-from connectors import bundle as bundle_connector
-from connectors.staging import connect, create_staging, insert_observations, release_staging
-from connectors.text import normalize
-from rules import report
-from rules.engine import Settings, prepare, run_phases
-from rules.pack import Pack
+from workload_attribution.connectors import registry
+from workload_attribution.connectors.bundle import SOURCES as BUNDLE_SOURCES
+from workload_attribution.connectors.bundle import BundleSource, load_scope
+from workload_attribution.connectors.clusters import ClusterConfig
+from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig
+from workload_attribution.contracts.errors import BadInput, SourceError, first_line
+from workload_attribution.contracts.identity import Target
+from workload_attribution.contracts.lines import normalize
+from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus, Diagnosis, Observation
+from workload_attribution.contracts.staging import connected, create_staging, insert_observations, release_staging
+from workload_attribution.contracts.vocabulary import Scheduler
+from workload_attribution.rules import report
+from workload_attribution.rules.engine import Settings, prepare, run_phases
+from workload_attribution.rules.pack import Pack
 
 
 @dataclass
 class Scoped:
-    bundle: str | None
+    """An attempt being diagnosed: its scope, its staging database, and for each source the
+    connector and configuration that collect it."""
+
     scope: AttemptScope
     staging: str
-    sources: list[str]
-    cluster: Any = None   # ClusterConfig when collecting from live sources
-
-
-@dataclass
-class LiveScope:
-    """An attempt to scope from the scheduler (job_id) or explicitly (nodes + window)."""
-
-    cluster_name: str
-    cluster: Any          # attribution.config.ClusterConfig
-    job_id: str | None = None
-    nodes: list[str] | None = None
-    start: Any = None
-    end: Any = None
-    require_ended: bool = False   # a completion trigger: wait (retry) until the scheduler has recorded the end
-
-
-@dataclass
-class SourceResult:
-    coverage: Coverage
+    sources: dict[str, tuple[str, SourceConfig]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    files: dict[str, str] = field(default_factory=dict)
 
 
-def scope_attempt(bundle: str) -> Scoped:
-    """Read the attempt's scope and open its staging database."""
-    path = Path(bundle)
-    scope = bundle_connector.load_scope(path)
-    staging = create_staging(scope)
-    con = connect(staging)
-    try:
-        insert_observations(con, [scope_observation(path, scope)])
-    finally:
-        con.close()
-    return Scoped(bundle=str(path), scope=scope, staging=staging, sources=list(bundle_connector.SOURCES))
+def scope_attempt(target: Target, cluster: ClusterConfig | None = None) -> Scoped:
+    """Resolve the target to an attempt's scope and open its staging database.
 
+    A bundle's scope is its attempt.yaml; a job's comes from the cluster's scheduler (Slurm
+    accounting, the Kueue Workload), waiting for the recorded end when the trigger is a completion;
+    a window is taken as given."""
+    if target.bundle:
+        path = Path(target.bundle)
+        scope = load_scope(path)
+        bundle = BundleSource(path=str(path))
+        scoped = Scoped(
+            scope=scope, staging=create_staging(scope), sources={s: ("bundle", bundle) for s in BUNDLE_SOURCES}
+        )
+        with connected(scoped.staging) as con:
+            insert_observations(con, [scope_observation(path, scope)])
+        return scoped
+    if cluster is None or target.cluster is None:
+        raise BadInput("a job or a window is scoped on a configured cluster: name one")
+    sources: dict[str, tuple[str, SourceConfig]] = {}
+    if target.job_id:
+        if cluster.scheduler == Scheduler.slurm:
+            from workload_attribution.connectors import slurm
 
-def scope_live(live: LiveScope) -> Scoped:
-    """Scope from the scheduler (Slurm job / Kueue workload) or from an explicit nodes + window."""
-    cluster = live.cluster
-    if live.job_id:
-        if cluster.scheduler == "slurm":
-            from connectors import slurm
-            scope = slurm.scope_job(cluster.slurm or slurm.SlurmSource(), live.cluster_name, live.job_id,
-                                    require_ended=live.require_ended)
-            scheduler_source = ["sacct"]
-        elif cluster.scheduler == "kueue":
-            from connectors import kueue
-            src = cluster.kueue or kueue.KueueSource()
-            namespace, _, name = live.job_id.rpartition("/")   # "namespace/name" or a name in the configured namespace
-            if namespace:
-                src = src.model_copy(update={"namespace": namespace})
-                cluster = cluster.model_copy(update={"kueue": src})   # collect reads the same namespace
-            scope = kueue.scope_from(kueue.fetch(src, name), live.cluster_name)
-            scheduler_source = ["kueue"]
+            src = cluster.slurm or slurm.SlurmSource()
+            scope = slurm.scope_job(src, target.cluster, target.job_id, require_ended=target.trigger == "completion")
+            sources["sacct"] = ("slurm", src)
+        elif cluster.scheduler == Scheduler.kueue:
+            from workload_attribution.connectors import kueue
+
+            src_k = cluster.kueue or kueue.KueueSource()
+            scope = kueue.scope_from(kueue.fetch(src_k, target.job_id), target.cluster)
+            sources["kueue"] = ("kubernetes", src_k)
         else:
-            raise ValueError(f"cluster {live.cluster_name}: scheduler {cluster.scheduler!r} cannot scope a job id")
+            raise BadInput(
+                f"cluster {target.cluster}: a {cluster.scheduler.value} cluster has no scheduler to scope "
+                f"job {target.job_id!r}; give nodes + start + end"
+            )
     else:
-        scope = AttemptScope(cluster=live.cluster_name, scheduler="static",
-                             job_id=f"{','.join(live.nodes or [])}@{live.start}", attempt=0, nodes=live.nodes or [],
-                             start=live.start, end=live.end, state="UNKNOWN")
-        scheduler_source = []
+        assert target.window is not None
+        w = target.window
+        scope = AttemptScope(
+            cluster=target.cluster,
+            scheduler=Scheduler.static,
+            job_id=w.job_id,
+            attempt=0,
+            nodes=list(w.nodes),
+            start=w.start,
+            end=w.end,
+            state="UNKNOWN",
+        )
     scope = scope.model_copy(update={"timezone": cluster.timezone})
-    staging = create_staging(scope)
-    return Scoped(bundle=None, scope=scope, staging=staging, sources=scheduler_source + list(cluster.sources),
-                  cluster=cluster)
-
-
-def _collect_live(scoped: Scoped, source: str, pack: Pack) -> SourceResult:
-    from connectors import files, kueue, loki, prometheus, slurm
-
-    cluster = scoped.cluster
-    if source == "sacct":
-        return SourceResult(slurm.collect(cluster.slurm or slurm.SlurmSource(), scoped.scope, scoped.staging))
-    if source == "kueue":
-        return SourceResult(kueue.collect(cluster.kueue or kueue.KueueSource(), scoped.scope, scoped.staging))
-    cfg = cluster.sources[source]
-    if isinstance(cfg, prometheus.PrometheusSource):
-        return SourceResult(prometheus.collect(cfg, scoped.scope, scoped.staging))
-    if isinstance(cfg, loki.LokiSource):
-        src = cfg.model_copy(update={"source": cfg.source or source})
-        return SourceResult(loki.collect(src, scoped.scope, scoped.staging, pack.prefilter(src.source)))
-    cov, paths = files.collect(cfg, source, scoped.scope, scoped.staging, pack.prefilter(source))
-    return SourceResult(cov, files={k: str(v) for k, v in paths.items()})
+    for name, cfg in cluster.sources.items():
+        sources[name] = (cfg.connector, cfg)
+    return Scoped(scope=scope, staging=create_staging(scope), sources=sources)
 
 
 def scope_observation(bundle: Path, scope: AttemptScope) -> Observation:
@@ -123,74 +105,112 @@ def scope_observation(bundle: Path, scope: AttemptScope) -> Observation:
                 break
     except OSError:
         pass
-    return Observation(source="scope", connector="bundle", kind="attempt_scope", time=scope.end,
-                       text=raw, path="attempt.yaml", line=line,
-                       attrs={"state": scope.state, "exit_code_text": scope.exit_code, "reason": scope.reason})
+    return Observation(
+        source="scope",
+        connector="bundle",
+        kind="attempt_scope",
+        time=scope.end,
+        text=raw,
+        path="attempt.yaml",
+        line=line,
+        attrs={"state": scope.state, "exit_code_text": scope.exit_code, "reason": scope.reason},
+    )
 
 
-def collect_source(scoped: Scoped, source: str, pack: Pack) -> SourceResult:
-    """Load one source into staging. Never raises for bad data: the coverage record says what happened."""
+def collect_source(scoped: Scoped, source: str, pack: Pack) -> Collected:
+    """Load one source into staging. Transient failures raise (the runner retries them); anything
+    else becomes the source's coverage record: bad data never sinks the diagnosis."""
     started = time.monotonic()
+    connector_name, config = scoped.sources[source]
+    lines_of = getattr(config, "source", "") or source  # a Loki stream may be configured under another key
+    ctx = CollectContext(
+        source=source,
+        scope=scoped.scope,
+        staging=scoped.staging,
+        config=config,
+        prefilter=tuple(pack.prefilter(lines_of)),
+    )
     try:
-        if scoped.bundle is None:
-            return _collect_live(scoped, source, pack)
-        got = bundle_connector.collect(Path(scoped.bundle), scoped.scope, source, scoped.staging,
-                                       pack.prefilter(source))
-    except TransientSourceError:
-        raise
-    except Exception as exc:  # a connector bug or unreadable file must not sink the diagnosis
-        return SourceResult(Coverage(source=source, connector="bundle" if scoped.bundle else "live",
-                                     status=CoverageStatus.error,
-                                     error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                                     duration_ms=int((time.monotonic() - started) * 1000)))
-    return SourceResult(got.coverage, got.notes, {k: str(v) for k, v in got.files.items()})
+        return registry.get(connector_name).collect(ctx)
+    except SourceError as exc:
+        if exc.transient:
+            raise
+        error, status = first_line(exc), exc.status
+    except Exception as exc:  # a connector bug or an unreadable file must not sink the diagnosis
+        error, status = f"{type(exc).__name__}: {first_line(exc)}", "error"
+    return Collected(
+        Coverage(
+            source=source,
+            connector=connector_name,
+            status=CoverageStatus(status),
+            error=error,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+    )
 
 
-def store_observations(scoped: Scoped, results: list[SourceResult]) -> list[Coverage]:
+def failed_collect(scoped: Scoped, source: str, exc: BaseException) -> Collected:
+    """The coverage record of a source whose retries were all spent."""
+    connector_name = scoped.sources[source][0] if source in scoped.sources else "?"
+    status = CoverageStatus(getattr(exc, "status", "error"))
+    return Collected(
+        Coverage(
+            source=source,
+            connector=getattr(exc, "connector", None) or connector_name,
+            status=status,
+            error=f"failed after retries: {first_line(exc)}",
+        )
+    )
+
+
+def store_observations(scoped: Scoped, results: list[Collected]) -> list[Coverage]:
     """Normalise what was collected (timestamps, ranks, continuation lines) and record coverage."""
     files = {ref: Path(p) for r in results for ref, p in r.files.items()}
-    con = connect(scoped.staging)
-    try:
+    with connected(scoped.staging) as con:
         ref_time = scoped.scope.start + (scoped.scope.end - scoped.scope.start) / 2
         normalize(con, scoped.scope.timezone, ref_time.replace(tzinfo=None), files)
-    finally:
-        con.close()
     return [r.coverage for r in results]
 
 
-def attribute(scoped: Scoped, coverage: list[Coverage], pack: Pack, settings: Settings | None = None,
-              notes: list[str] | None = None) -> Diagnosis:
+def attribute(
+    scoped: Scoped,
+    coverage: list[Coverage],
+    pack: Pack,
+    settings: Settings | None = None,
+    notes: list[str] | None = None,
+) -> Diagnosis:
     """Run the rule phases and build the diagnosis."""
-    con = connect(scoped.staging)
-    try:
-        settings = settings or Settings()
+    settings = settings or Settings()
+    with connected(scoped.staging) as con:
         prepare(con, pack, settings)
         con.execute("DELETE FROM coverage")
         con.execute(
-            "INSERT INTO coverage SELECT unnest($s), unnest($c), unnest($st), unnest($o), unnest($n), unnest($u), unnest($e)",
-            {"s": [c.source for c in coverage], "c": [c.connector for c in coverage],
-             "st": [c.status.value for c in coverage], "o": [c.observations for c in coverage],
-             "n": [c.nodes for c in coverage], "u": [c.unparsed for c in coverage], "e": [c.error for c in coverage]},
+            "INSERT INTO coverage SELECT unnest($s), unnest($c), unnest($st), unnest($o), unnest($n), unnest($u), "
+            "unnest($e)",
+            {
+                "s": [c.source for c in coverage],
+                "c": [c.connector for c in coverage],
+                "st": [c.status.value for c in coverage],
+                "o": [c.observations for c in coverage],
+                "n": [c.nodes for c in coverage],
+                "u": [c.unparsed for c in coverage],
+                "e": [c.error for c in coverage],
+            },
         )
         result = run_phases(con, pack, settings, prepared=True)
-        return report.build(con, scoped.scope, coverage, result, pack.version, notes or [])
-    finally:
-        con.close()
+        return report.build(con, scoped.scope, coverage, result, pack.version, scoped.notes + (notes or []))
 
 
 def publish(diagnosis: Diagnosis, warehouse_path: str | None, scoped: Scoped | None = None) -> Diagnosis:
     """Write the diagnosis to the warehouse (idempotent per attempt), with the topology seen with
     the attempt so analysts can place its hosts under their switch ports as of that time."""
     if warehouse_path:
-        from warehouse.store import Warehouse
+        from workload_attribution.warehouse.store import Warehouse
 
         topology = None
         if scoped is not None:
-            con = connect(scoped.staging)
-            try:
+            with connected(scoped.staging) as con:
                 topology = con.execute("SELECT switch, port, peer, peer_kind, hca FROM topology").fetchall()
-            finally:
-                con.close()
         Warehouse(warehouse_path).write(diagnosis, topology)
     return diagnosis
 

@@ -3,8 +3,14 @@
 
 import os
 import pathlib
+import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+# Nothing a test runs may touch the user's home: state, data and caches live in this run's directory.
+RUN_DIR = pathlib.Path(tempfile.mkdtemp(prefix="attribution-tests-"))
+for var in ("XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"):
+    os.environ[var] = str(RUN_DIR / var.lower())
+os.environ.pop("ATTRIBUTION_CONFIG", None)
 _home = ROOT / ".prefect-test-home"
 _home.mkdir(exist_ok=True)
 os.environ["PREFECT_HOME"] = str(_home)
@@ -24,12 +30,20 @@ WORKED = ROOT / "tests" / "examples" / "xid149-worked"
 @pytest.fixture
 def staging():
     """A fresh staging database with the log-time macros, as a connection."""
-    from attribution.models import AttemptScope
-    from connectors.staging import connect, create_staging, release_staging
+    from workload_attribution.contracts.models import AttemptScope
+    from workload_attribution.contracts.staging import connect, create_staging, release_staging
 
-    scope = AttemptScope(cluster="c", scheduler="slurm", job_id="1", attempt=0, nodes=["n1"],
-                         start="2026-11-20T10:00:00Z", end="2026-11-20T12:00:00Z", state="FAILED",
-                         timezone="Europe/Berlin")
+    scope = AttemptScope(
+        cluster="c",
+        scheduler="slurm",
+        job_id="1",
+        attempt=0,
+        nodes=["n1"],
+        start="2026-11-20T10:00:00Z",
+        end="2026-11-20T12:00:00Z",
+        state="FAILED",
+        timezone="Europe/Berlin",
+    )
     path = create_staging(scope)
     con = connect(path)
     yield con
@@ -45,8 +59,8 @@ def seeded_warehouse(tmp_path_factory):
     """A warehouse seeded from the scenario generator in fleet mode: one cluster cabled to 40 leaf
     switches, every class, and a bad port (leaf-07:17) under which every network_link root sits,
     whichever host is cabled there at the time."""
-    from flows.backfill import backfill_inline
     from tests.scenarios.generator import generate
+    from workload_attribution.flows.backfill import backfill_inline
 
     base = tmp_path_factory.mktemp("seeded")
     generate(base / "bundles", per_class=1, seed=77, fleet_leaves=40, plant_port=":".join(PLANTED_PORT), plant_extra=4)

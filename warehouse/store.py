@@ -25,15 +25,17 @@ import random
 import re
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import parse_qs, unquote, urlparse
 
 import duckdb
 
-from attribution.models import Diagnosis
+from workload_attribution.contracts.errors import BadInput, NotStored, first_line
+from workload_attribution.contracts.models import Diagnosis
+from workload_attribution.contracts.staging import scalar
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 VIEWS_DIR = Path(__file__).resolve().parent / "views"
@@ -46,6 +48,8 @@ def views() -> dict[str, str]:
         first = f.read_text().splitlines()[0].lstrip("- ")
         out[f.stem] = first.split(":", 1)[1].strip() if ":" in first else first
     return out
+
+
 LOCK_WAIT_S = 60.0
 
 
@@ -54,22 +58,22 @@ LOCK_WAIT_S = 60.0
 _WRITE_LOCK = threading.Lock()
 
 
-class WarehouseLocked(Exception):
-    pass
+class WarehouseLocked(NotStored):
+    """Another process holds the warehouse file past the lock wait."""
 
 
-class WarehouseTooNew(Exception):
-    pass
+class WarehouseTooNew(BadInput):
+    """The warehouse was written by a newer version of this project."""
 
 
-class WarehouseConfigError(ValueError):
-    pass
+class WarehouseConfigError(BadInput):
+    """The warehouse setting is not a path or a DuckLake URL this project can open."""
 
 
 @dataclass(frozen=True)
 class Lake:
-    dsn: str          # libpq connection string of the PostgreSQL catalog
-    data_path: str    # where the Parquet files live (a shared filesystem for many hosts)
+    dsn: str  # libpq connection string of the PostgreSQL catalog
+    data_path: str  # where the Parquet files live (a shared filesystem for many hosts)
 
 
 def parse_lake(url: str) -> Lake | None:
@@ -82,8 +86,13 @@ def parse_lake(url: str) -> Lake | None:
     data_path = (parse_qs(u.query).get("data_path") or [""])[0]
     if not data_path:
         raise WarehouseConfigError(f"{url}: data_path= is required (a directory every writer can reach)")
-    parts = {"host": u.hostname, "port": u.port, "dbname": unquote(u.path.strip("/")),
-             "user": unquote(u.username) if u.username else None, "password": unquote(u.password) if u.password else None}
+    parts = {
+        "host": u.hostname,
+        "port": u.port,
+        "dbname": unquote(u.path.strip("/")),
+        "user": unquote(u.username) if u.username else None,
+        "password": unquote(u.password) if u.password else None,
+    }
     dsn = " ".join(f"{k}={v}" for k, v in parts.items() if v)
     if any(c in dsn + data_path for c in "'\\\n"):
         raise WarehouseConfigError(f"{url}: quotes, backslashes and newlines are not allowed")
@@ -94,9 +103,11 @@ def _extension(name: str) -> str:
     import importlib
 
     mod = importlib.import_module(f"duckdb_extension_{name}")
-    found = sorted(Path(mod.__file__).parent.glob(f"extensions/v{duckdb.__version__}/{name}.duckdb_extension"))
+    found = sorted(Path(mod.__file__ or "").parent.glob(f"extensions/v{duckdb.__version__}/{name}.duckdb_extension"))
     if not found:
-        raise WarehouseConfigError(f"duckdb-extension-{name.replace('_', '-')} has no build for DuckDB {duckdb.__version__}")
+        raise WarehouseConfigError(
+            f"duckdb-extension-{name.replace('_', '-')} has no build for DuckDB {duckdb.__version__}"
+        )
     return str(found[0])
 
 
@@ -127,10 +138,13 @@ class Warehouse:
     def __init__(self, path: str | Path, lock_wait_s: float | None = None):
         self.url = str(path)
         self.lake = parse_lake(self.url)
-        self.path = None if self.lake else Path(path)
+        self.path = Path(path)  # the DuckDB file (unused for a lake)
         # how long a writer waits for a lock held by someone else (an analyst's session) before failing
-        self.lock_wait_s = lock_wait_s if lock_wait_s is not None else float(
-            os.environ.get("ATTRIBUTION_WAREHOUSE_LOCK_WAIT_S", LOCK_WAIT_S))
+        self.lock_wait_s = (
+            lock_wait_s
+            if lock_wait_s is not None
+            else float(os.environ.get("ATTRIBUTION_WAREHOUSE_LOCK_WAIT_S", LOCK_WAIT_S))
+        )
 
     def __str__(self) -> str:
         return self.url.split("?")[0] if self.lake else str(self.path)
@@ -153,13 +167,14 @@ class Warehouse:
         if not self.lake and not self.path.exists():
             return []
         try:
-            with self.connect(read_only=True) as con:
+            with self.reader() as con:
                 try:
                     return con.execute(sql, args or []).fetchall()
                 except duckdb.CatalogException:
-                    if not self.lake and not con.execute(
-                            "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_version'").fetchone()[0]:
-                        return []   # a file no writer has initialised yet (created empty by someone else)
+                    if not self.lake and not scalar(
+                        con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_version'"
+                    ):
+                        return []  # a file no writer has initialised yet (created empty by someone else)
                     raise
         except duckdb.InvalidInputException as exc:
             if self.lake and _no_lake_yet(exc):
@@ -176,6 +191,52 @@ class Warehouse:
         finally:
             con.close()
 
+    @contextmanager
+    def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection that can reach nothing but the warehouse: no file reads or
+        writes (read_csv, COPY, EXPORT), no ATTACH, no INSTALL/LOAD, and settings locked, so an
+        analyst's query or a request's filter cannot turn into access to the machine."""
+        with self.connect(read_only=True) as con:
+            if self.lake is not None:  # DuckLake reads its own Parquet files: only the lake's directory stays reachable
+                con.execute("SET allowed_directories = [?]", [self.lake.data_path])
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
+            yield con
+
+    @contextmanager
+    def stream(
+        self, sql: str, args: list | dict | None = None, batch_rows: int = 4096
+    ) -> Iterator[tuple[list[str], Iterator[list[tuple]]]]:
+        """One read-only SELECT, sandboxed (see reader), as its column names and batches of rows:
+        memory stays bounded whatever the result's size. Anything but a single SELECT is refused."""
+        with self.reader() as con:
+            try:
+                statements = con.extract_statements(sql)
+            except duckdb.Error as exc:
+                raise BadInput(f"query: {first_line(exc)}") from None
+            if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+                raise BadInput("query: only one read-only SELECT (or WITH ... SELECT) is allowed")
+            try:
+                cur = con.execute(sql, args or [])
+            except duckdb.Error as exc:
+                raise BadInput(f"query failed: {first_line(exc)}") from None
+            cols = [d[0] for d in cur.description]
+
+            def batches() -> Iterator[list[tuple]]:
+                while True:
+                    rows = cur.fetchmany(batch_rows)
+                    if not rows:
+                        return
+                    yield rows
+
+            yield cols, batches()
+
+    def query(self, name_or_sql: str) -> tuple[list[str], list[tuple]]:
+        """A named view (SELECT * FROM it) or one read-only SELECT, every row (see `stream` for large results)."""
+        sql = f'SELECT * FROM "{name_or_sql}"' if name_or_sql in views() else name_or_sql
+        with self.stream(sql) as (cols, batches):
+            return cols, [r for batch in batches for r in batch]
+
     def _open_file(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + self.lock_wait_s
         delay = 0.05
@@ -187,21 +248,24 @@ class Warehouse:
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
                     if "lock" in str(exc).lower():
-                        raise WarehouseLocked(f"{self.path}: still locked by another process after "
-                                              f"{self.lock_wait_s:.0f}s") from None
+                        raise WarehouseLocked(
+                            f"{self.path}: still locked by another process after {self.lock_wait_s:.0f}s"
+                        ) from None
                     raise
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 1.0)
 
     def _open_lake(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+        lake = self.lake
+        assert lake is not None
         con = duckdb.connect()
         try:
             con.execute(f"LOAD '{_extension('postgres_scanner')}'")
             con.execute(f"LOAD '{_extension('ducklake')}'")
             if not read_only:
-                Path(self.lake.data_path).mkdir(parents=True, exist_ok=True)
-            opts = f"DATA_PATH '{self.lake.data_path}'" + (", READ_ONLY" if read_only else "")
-            self._retry(lambda: con.execute(f"ATTACH 'ducklake:postgres:{self.lake.dsn}' AS warehouse ({opts})"))
+                Path(lake.data_path).mkdir(parents=True, exist_ok=True)
+            opts = f"DATA_PATH '{lake.data_path}'" + (", READ_ONLY" if read_only else "")
+            self._retry(lambda: con.execute(f"ATTACH 'ducklake:postgres:{lake.dsn}' AS warehouse ({opts})"))
             con.execute("USE warehouse")
         except Exception:
             con.close()
@@ -216,14 +280,14 @@ class Warehouse:
             except duckdb.Error as exc:
                 if not _conflict(exc) or i == attempts - 1:
                     raise
-                time.sleep(min(2.0, 0.05 * 2 ** i) * (1 + random.random()))
+                time.sleep(min(2.0, 0.05 * 2**i) * (1 + random.random()))
 
     def _ddl(self, sql: str) -> str:
         return _NO_CONSTRAINTS.sub("", sql) if self.lake else sql
 
     def _migrate(self, con: duckdb.DuckDBPyConnection) -> None:
         con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER, applied_at TIMESTAMPTZ DEFAULT now())")
-        current = con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+        current = scalar(con, "SELECT coalesce(max(version), 0) FROM schema_version")
         known = migrations()
         newest = known[-1][0] if known else 0
         if current > newest:
@@ -232,7 +296,7 @@ class Warehouse:
             if version > current:
                 con.execute("BEGIN TRANSACTION")
                 try:
-                    if con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0] < version:
+                    if scalar(con, "SELECT coalesce(max(version), 0) FROM schema_version") < version:
                         con.execute(self._ddl(path.read_text()))
                         con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
                     con.execute("COMMIT")
@@ -257,7 +321,7 @@ class Warehouse:
                     except duckdb.CatalogException:
                         failed.append(f)
                 if len(failed) == len(pending):
-                    con.execute(failed[0].read_text())   # no progress: raise the real error
+                    con.execute(failed[0].read_text())  # no progress: raise the real error
                 pending = failed
             con.execute("DELETE FROM warehouse_meta WHERE key = 'views'")
             con.execute("INSERT INTO warehouse_meta VALUES ('views', ?)", [digest])
@@ -265,13 +329,6 @@ class Warehouse:
         except Exception:
             con.execute("ROLLBACK")
             raise
-
-    def query(self, name_or_sql: str) -> tuple[list[str], list[tuple]]:
-        """Run a named view (SELECT * FROM it) or any read-only SQL against the warehouse."""
-        sql = f'SELECT * FROM "{name_or_sql}"' if name_or_sql in views() else name_or_sql
-        with self.connect(read_only=True) as con:
-            cur = con.execute(sql)
-            return [d[0] for d in cur.description], cur.fetchall()
 
     def write(self, d: Diagnosis, topology: list[tuple] | None = None) -> None:
         """Replace this attempt's diagnosis (and its parts) in one transaction; `topology` (switch,
@@ -285,23 +342,53 @@ class Warehouse:
         rc = d.root_cause
         con.execute("BEGIN TRANSACTION")
         try:
-            old = [r[0] for r in con.execute(
-                "SELECT diagnosis_id FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?",
-                key).fetchall()]
-            for table in ("diagnosis_symptoms", "diagnosis_affected_nodes", "diagnosis_affected_components",
-                          "diagnosis_coverage", "diagnosis_evidence"):
-                con.execute(f"DELETE FROM {table} WHERE diagnosis_id IN (SELECT unnest($ids))",
-                            {"ids": old + [d.diagnosis_id]})
+            old = [
+                r[0]
+                for r in con.execute(
+                    "SELECT diagnosis_id FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?", key
+                ).fetchall()
+            ]
+            for table in (
+                "diagnosis_symptoms",
+                "diagnosis_affected_nodes",
+                "diagnosis_affected_components",
+                "diagnosis_coverage",
+                "diagnosis_evidence",
+            ):
+                con.execute(
+                    f"DELETE FROM {table} WHERE diagnosis_id IN (SELECT unnest($ids))", {"ids": old + [d.diagnosis_id]}
+                )
             con.execute("DELETE FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?", key)
             con.execute(
-                "INSERT INTO diagnoses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [*key, d.diagnosis_id, a.name, a.user, a.state, a.exit_code, a.start, a.end, a.nodes,
-                 d.terminal_state, d.sub_domain, d.confidence,
-                 rc.symptom if rc else None, rc.node if rc else None, rc.component if rc else None,
-                 rc.first_seen if rc else None, d.recommended_action, d.explanation,
-                 d.rules.version, len(d.rules.failed), d.created_at, d.model_dump_json()])
+                f"INSERT INTO diagnoses VALUES ({', '.join('?' * 25)})",
+                [
+                    *key,
+                    d.diagnosis_id,
+                    a.name,
+                    a.user,
+                    a.state,
+                    a.exit_code,
+                    a.start,
+                    a.end,
+                    a.nodes,
+                    d.terminal_state,
+                    d.sub_domain,
+                    d.confidence,
+                    rc.symptom if rc else None,
+                    rc.node if rc else None,
+                    rc.component if rc else None,
+                    rc.first_seen if rc else None,
+                    d.recommended_action,
+                    d.explanation,
+                    d.rules.version,
+                    len(d.rules.failed),
+                    d.created_at,
+                    d.model_dump_json(),
+                ],
+            )
             doc = json.loads(d.model_dump_json())
-            con.execute("""
+            con.execute(
+                """
                 INSERT INTO diagnosis_symptoms
                 SELECT $id, s.symptom, s.role, s.node, s.rank, s.component, s.first_seen::TIMESTAMPTZ,
                        s.last_seen::TIMESTAMPTZ, s.count, s.demoted_by, s.interesting, s.rule
@@ -309,34 +396,51 @@ class Warehouse:
                     '[{"symptom":"VARCHAR","role":"VARCHAR","node":"VARCHAR","rank":"INTEGER","component":"VARCHAR",
                        "first_seen":"VARCHAR","last_seen":"VARCHAR","count":"INTEGER","demoted_by":"VARCHAR",
                        "interesting":"BOOLEAN","rule":"VARCHAR"}]'), recursive := true)) s
-            """, {"id": d.diagnosis_id, "doc": json.dumps(doc)})
+            """,
+                {"id": d.diagnosis_id, "doc": json.dumps(doc)},
+            )
             if d.affected_nodes:
-                con.execute("INSERT INTO diagnosis_affected_nodes SELECT $id, unnest($n)",
-                            {"id": d.diagnosis_id, "n": d.affected_nodes})
+                con.execute(
+                    "INSERT INTO diagnosis_affected_nodes SELECT $id, unnest($n)",
+                    {"id": d.diagnosis_id, "n": d.affected_nodes},
+                )
             if d.affected_components:
-                con.execute("INSERT INTO diagnosis_affected_components SELECT $id, unnest($c)",
-                            {"id": d.diagnosis_id, "c": d.affected_components})
-            con.execute("""UPDATE rules_versions SET first_used = least(first_used, $t), last_used = greatest(last_used, $t)
-                           WHERE version = $v""", {"v": d.rules.version, "t": d.created_at})
-            con.execute("""INSERT INTO rules_versions SELECT $v, $t, $t
+                con.execute(
+                    "INSERT INTO diagnosis_affected_components SELECT $id, unnest($c)",
+                    {"id": d.diagnosis_id, "c": d.affected_components},
+                )
+            con.execute(
+                """UPDATE rules_versions SET first_used = least(first_used, $t), last_used = greatest(last_used, $t)
+                           WHERE version = $v""",
+                {"v": d.rules.version, "t": d.created_at},
+            )
+            con.execute(
+                """INSERT INTO rules_versions SELECT $v, $t, $t
                            WHERE NOT EXISTS (SELECT 1 FROM rules_versions WHERE version = $v)""",
-                        {"v": d.rules.version, "t": d.created_at})
+                {"v": d.rules.version, "t": d.created_at},
+            )
             if topology:
                 self._insert_topology(con, a.cluster, topology, a.start, f"bundle {a.job_id}")
-            con.execute("""
+            con.execute(
+                """
                 INSERT INTO diagnosis_coverage
                 SELECT $id, c.source, c.connector, c.status, c.observations, c.unparsed, c.error, c.duration_ms
                 FROM (SELECT unnest(from_json($doc::JSON -> 'coverage',
                     '[{"source":"VARCHAR","connector":"VARCHAR","status":"VARCHAR","observations":"BIGINT",
                        "unparsed":"BIGINT","error":"VARCHAR","duration_ms":"BIGINT"}]'), recursive := true)) c
-            """, {"id": d.diagnosis_id, "doc": json.dumps(doc)})
-            con.execute("""
+            """,
+                {"id": d.diagnosis_id, "doc": json.dumps(doc)},
+            )
+            con.execute(
+                """
                 INSERT INTO diagnosis_evidence
                 SELECT $id, e.id, e.source, e.node, e.time::TIMESTAMPTZ, e.ref, e.text
                 FROM (SELECT unnest(from_json($doc::JSON -> 'evidence',
                     '[{"id":"VARCHAR","source":"VARCHAR","node":"VARCHAR","time":"VARCHAR","ref":"VARCHAR",
                        "text":"VARCHAR"}]'), recursive := true)) e
-            """, {"id": d.diagnosis_id, "doc": json.dumps(doc)})
+            """,
+                {"id": d.diagnosis_id, "doc": json.dumps(doc)},
+            )
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")
@@ -344,18 +448,28 @@ class Warehouse:
 
     @staticmethod
     def _insert_topology(con, cluster: str, rows: list[tuple], valid_from, source: str) -> int:
-        before = con.execute("SELECT count(*) FROM topology_links").fetchone()[0]
-        con.execute("""
+        before = scalar(con, "SELECT count(*) FROM topology_links")
+        con.execute(
+            """
             INSERT INTO topology_links
             SELECT $cluster, n.s, n.p, n.peer, n.k, n.h, $t, $src
             FROM (SELECT DISTINCT ON (s, p) unnest($s) AS s, unnest($p) AS p, unnest($peer) AS peer, unnest($k) AS k,
                          unnest($h) AS h) n
             WHERE NOT EXISTS (SELECT 1 FROM topology_links o WHERE o.cluster = $cluster AND o.switch = n.s
                               AND o.port = n.p AND o.valid_from = $t)
-        """, {"cluster": cluster, "s": [r[0] for r in rows], "p": [str(r[1]) for r in rows],
-              "peer": [r[2] for r in rows], "k": [r[3] for r in rows], "h": [r[4] for r in rows],
-              "t": valid_from, "src": source})
-        return con.execute("SELECT count(*) FROM topology_links").fetchone()[0] - before
+        """,
+            {
+                "cluster": cluster,
+                "s": [r[0] for r in rows],
+                "p": [str(r[1]) for r in rows],
+                "peer": [r[2] for r in rows],
+                "k": [r[3] for r in rows],
+                "h": [r[4] for r in rows],
+                "t": valid_from,
+                "src": source,
+            },
+        )
+        return scalar(con, "SELECT count(*) FROM topology_links") - before
 
     def load_topology(self, cluster: str, rows: list[tuple], valid_from, source: str) -> int:
         """Record a topology snapshot (e.g. `attribution topology load`); returns the links added."""
@@ -363,7 +477,9 @@ class Warehouse:
             return self._retry(lambda: self._insert_topology(con, cluster, rows, valid_from, source))
 
     def get(self, cluster: str, scheduler: str, job_id: str, attempt: int) -> dict | None:
-        with self.connect(read_only=True) as con:
-            r = con.execute("SELECT diagnosis FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?",
-                            [cluster, scheduler, job_id, attempt]).fetchone()
+        with self.reader() as con:
+            r = con.execute(
+                "SELECT diagnosis FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?",
+                [cluster, scheduler, job_id, attempt],
+            ).fetchone()
         return json.loads(r[0]) if r else None

@@ -36,8 +36,11 @@ API = "/apis/kueue.x-k8s.io/v1beta1"
 
 def kube():
     url = os.environ.get("KUBE_URL") or (
-        f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ.get('KUBERNETES_SERVICE_PORT', '443')}")
-    token = os.environ.get("KUBE_TOKEN") or (open(f"{SA}/token").read().strip() if os.path.exists(f"{SA}/token") else "")
+        f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ.get('KUBERNETES_SERVICE_PORT', '443')}"
+    )
+    token = os.environ.get("KUBE_TOKEN") or (
+        open(f"{SA}/token").read().strip() if os.path.exists(f"{SA}/token") else ""
+    )
     ca = os.environ.get("KUBE_CA") or (f"{SA}/ca.crt" if os.path.exists(f"{SA}/ca.crt") else None)
     ctx = ssl.create_default_context(cafile=ca) if url.startswith("https") else None
     return url.rstrip("/"), token, ctx
@@ -63,18 +66,30 @@ def ended(wl):
 
 def event(wl, cluster):
     meta, status = wl.get("metadata") or {}, wl.get("status") or {}
-    return {"cluster": cluster, "namespace": meta.get("namespace") or os.environ.get("NAMESPACE") or "default",
-            "name": meta.get("name"), "uid": meta.get("uid"),
-            "attempt": int((status.get("requeueState") or {}).get("count") or 0),
-            "conditions": status.get("conditions") or []}
+    return {
+        "cluster": cluster,
+        "namespace": meta.get("namespace") or os.environ.get("NAMESPACE") or "default",
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+        "attempt": int((status.get("requeueState") or {}).get("count") or 0),
+        "conditions": status.get("conditions") or [],
+    }
 
 
 def post(ev):
     body = json.dumps(ev, separators=(",", ":")).encode()
     ts = str(int(time.time()))
     sig = hmac.new(os.environ["ATTRIBUTION_SECRET"].encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
-    req = urllib.request.Request(os.environ["ATTRIBUTION_URL"], data=body, method="POST", headers={
-        "Content-Type": "application/json", "X-Attribution-Timestamp": ts, "X-Attribution-Signature": f"sha256={sig}"})
+    req = urllib.request.Request(
+        os.environ["ATTRIBUTION_URL"],
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "X-Attribution-Timestamp": ts,
+            "X-Attribution-Signature": f"sha256={sig}",
+        },
+    )
     for delay in (1, 3, 10, None):
         try:
             with urllib.request.urlopen(req, timeout=10) as r:
@@ -98,9 +113,19 @@ def forward(wl, cluster, sent):
     if mark in sent:
         return
     status, answer = post(ev)
-    print(json.dumps({"workload": f"{ev['namespace']}/{ev['name']}", "attempt": ev["attempt"],
-                      "condition": cond.get("type"), "reason": cond.get("reason"), "http": status, "answer": answer}),
-          flush=True)
+    print(
+        json.dumps(
+            {
+                "workload": f"{ev['namespace']}/{ev['name']}",
+                "attempt": ev["attempt"],
+                "condition": cond.get("type"),
+                "reason": cond.get("reason"),
+                "http": status,
+                "answer": answer,
+            }
+        ),
+        flush=True,
+    )
     if status is not None and status < 500:
         sent.add(mark)
 
@@ -125,7 +150,7 @@ def main():
     cutoff = datetime.now(timezone.utc) - timedelta(minutes=args.since_minutes)
     while True:
         items, rv = list_all(namespace)
-        for wl in items:   # catch up on what ended while we were not watching
+        for wl in items:  # catch up on what ended while we were not watching
             cond = ended(wl)
             t = cond and cond.get("lastTransitionTime")
             if t and datetime.fromisoformat(t.replace("Z", "+00:00")) >= cutoff:
@@ -133,11 +158,12 @@ def main():
         if args.once:
             return 0
         try:
-            stream = kube_get(f"{workloads_path(namespace)}?watch=1&allowWatchBookmarks=true&resourceVersion={rv}",
-                              timeout=330)
+            stream = kube_get(
+                f"{workloads_path(namespace)}?watch=1&allowWatchBookmarks=true&resourceVersion={rv}", timeout=330
+            )
             for line in stream:
                 change = json.loads(line)
-                if change.get("type") == "ERROR":    # 410 Gone: our resourceVersion is too old; list again
+                if change.get("type") == "ERROR":  # 410 Gone: our resourceVersion is too old; list again
                     break
                 if change.get("type") in ("ADDED", "MODIFIED"):
                     forward(change["object"], cluster, sent)

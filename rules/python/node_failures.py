@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from connectors.hostlist import HostlistError, expand_hostlist
+from workload_attribution.contracts.hostlist import HostlistError, expand_hostlist
 
 NOT_RESPONDING = re.compile(r"Nodes (\S+) not responding, setting DOWN")
 KILLED = re.compile(r"on failed node (\S+)")
@@ -13,23 +13,34 @@ KILLED = re.compile(r"on failed node (\S+)")
 def extract(con, settings) -> list[dict]:
     out = []
     for obs_id, body in con.execute(
-            "SELECT obs_id, body FROM log_lines WHERE source = 'scheduler_log' "
-            "AND (contains(body, 'not responding, setting DOWN') OR contains(body, 'on failed node'))").fetchall():
+        "SELECT obs_id, body FROM log_lines WHERE source = 'scheduler_log' "
+        "AND (contains(body, 'not responding, setting DOWN') OR contains(body, 'on failed node'))"
+    ).fetchall():
         m = NOT_RESPONDING.search(body)
         if m:
             try:
                 hosts = expand_hostlist(m.group(1))
             except HostlistError:
                 hosts = [m.group(1)]
-            out += [{"obs_id": obs_id, "symptom": "slurm_node_not_responding", "peer_node": h,
-                     "attrs": {"hostlist": m.group(1)}} for h in hosts]
+            out += [
+                {
+                    "obs_id": obs_id,
+                    "symptom": "slurm_node_not_responding",
+                    "peer_node": h,
+                    "attrs": {"hostlist": m.group(1)},
+                }
+                for h in hosts
+            ]
             continue
         m = KILLED.search(body)
         if m:
-            out.append({"obs_id": obs_id, "symptom": "slurm_killed_on_failed_node", "peer_node": m.group(1).rstrip(".,")})
+            out.append(
+                {"obs_id": obs_id, "symptom": "slurm_killed_on_failed_node", "peer_node": m.group(1).rstrip(".,")}
+            )
     for obs_id, node in con.execute(
-            "SELECT obs_id, node FROM records WHERE kind = 'node_condition' "
-            "AND json_extract_string(attrs, '$.type') = 'Ready' AND json_extract_string(attrs, '$.status') IN ('Unknown', 'False')"
+        "SELECT obs_id, node FROM records WHERE kind = 'node_condition' "
+        "AND json_extract_string(attrs, '$.type') = 'Ready' "
+        "AND json_extract_string(attrs, '$.status') IN ('Unknown', 'False')"
     ).fetchall():
         out.append({"obs_id": obs_id, "symptom": "k8s_node_not_ready", "node": node})
     return out

@@ -18,8 +18,13 @@ MESSAGE = re.compile(
     r"(?P<sub>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Nonfatal|Non-fatal)\s+XC(?P<xc>\d)\s+i(?P<inj>\d)\s+"
     r"Link\s+(?P<link>-?\d+)(?:\s*\((?P<intr>0x[0-9a-fA-F]+)\s+(?P<status>0x[0-9a-fA-F]+))?"
 )
-ACTIONS = {"RESET_GPU": "drain_and_reset_gpu", "IGNORE": "none", "RESTART_BM": "reboot_node",
-           "CONTACT_SUPPORT": "drain_node", "RESTART_APP": "restart_job"}
+ACTIONS = {
+    "RESET_GPU": "drain_and_reset_gpu",
+    "IGNORE": "none",
+    "RESTART_BM": "reboot_node",
+    "CONTACT_SUPPORT": "drain_node",
+    "RESTART_APP": "restart_job",
+}
 
 
 @lru_cache(maxsize=1)
@@ -37,8 +42,13 @@ def decode(xid: int, detail: str) -> dict[str, Any] | None:
     m = MESSAGE.search(detail or "")
     if not m:
         return None
-    out: dict[str, Any] = {"subcode_printed": m["sub"], "printed_severity": m["sev"],
-                           "cross_contain": m["xc"] == "1", "injected": m["inj"] == "1", "link": int(m["link"])}
+    out: dict[str, Any] = {
+        "subcode_printed": m["sub"],
+        "printed_severity": m["sev"],
+        "cross_contain": m["xc"] == "1",
+        "injected": m["inj"] == "1",
+        "link": int(m["link"]),
+    }
     if not m["intr"]:
         return out
     intr, status = int(m["intr"], 16), int(m["status"], 16)
@@ -62,15 +72,22 @@ def decode(xid: int, detail: str) -> dict[str, Any] | None:
         layouts = named or ["V1"]
     layout = layouts[0]
     row = found[layout][0]
-    out.update(layout=layout, subcode=row["subcode"], immediate_action=row["immediate_action"],
-               investigatory_action=row["investigatory_action"], severity=row["severity"],
-               hw_sw=row["hw_sw"], impact=row["impact"])
+    out.update(
+        layout=layout,
+        subcode=row["subcode"],
+        immediate_action=row["immediate_action"],
+        investigatory_action=row["investigatory_action"],
+        severity=row["severity"],
+        hw_sw=row["hw_sw"],
+        impact=row["impact"],
+    )
     return out
 
 
 def decode_events(con, settings) -> list[dict[str, Any]]:
     rows = con.execute("""
-        SELECT event_id, component, TRY_CAST(json_extract(attrs, '$.xid') AS INTEGER), json_extract_string(attrs, '$.detail')
+        SELECT event_id, component, TRY_CAST(json_extract(attrs, '$.xid') AS INTEGER),
+               json_extract_string(attrs, '$.detail')
         FROM events WHERE symptom IN ('xid_144','xid_145','xid_146','xid_147','xid_148','xid_149','xid_150')
     """).fetchall()
     out = []

@@ -83,23 +83,38 @@ def make_attempt(out: Path, hosts: int, lines: int, seed: int = 1) -> dict:
             for i in range(share):
                 t = b.start + timedelta(seconds=i * step)
                 tmpl = templates[i % len(templates)]
-                body = tmpl.format(r=i % (b.gpus * hosts), r2=(i + 1) % (b.gpus * hosts), s=i, l=2.5 - i * 1e-7, g=(i % 97) / 10,
-                                   t=30000 + i % 5000, c=i * 4096, h=h.name, p=1000 + i % 50000, gpu=i % b.gpus,
-                                   ch=i % 32, k=1000.0 + i * step)
+                body = tmpl.format(
+                    r=i % (b.gpus * hosts),
+                    r2=(i + 1) % (b.gpus * hosts),
+                    s=i,
+                    l=2.5 - i * 1e-7,
+                    g=(i % 97) / 10,
+                    t=30000 + i % 5000,
+                    c=i * 4096,
+                    h=h.name,
+                    p=1000 + i % 50000,
+                    gpu=i % b.gpus,
+                    ch=i % 32,
+                    k=1000.0 + i * step,
+                )
                 chunk.append(f"{t.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z {body}\n")
             original = path.read_text(encoding="utf-8", errors="replace")
-            with open(path, "w", encoding="utf-8") as f:   # noise first, then the attempt's own lines
+            with open(path, "w", encoding="utf-8") as f:  # noise first, then the attempt's own lines
                 f.writelines(chunk)
                 f.write(original)
     logs = sorted((out / "logs").glob("*/*.log"))
-    return {"hosts": hosts, "lines": sum(f.read_bytes().count(b"\n") for f in logs),
-            "bytes": sum(f.stat().st_size for f in logs), "files": [str(f) for f in logs],
-            "expected": b.expected}
+    return {
+        "hosts": hosts,
+        "lines": sum(f.read_bytes().count(b"\n") for f in logs),
+        "bytes": sum(f.stat().st_size for f in logs),
+        "files": [str(f) for f in logs],
+        "expected": b.expected,
+    }
 
 
 def patterns() -> list[str]:
     """The literals the rules' pre-filter keeps, for every text source: what grep must look for."""
-    from rules.pack import default_pack
+    from workload_attribution.rules.pack import default_pack
 
     pack = default_pack()
     lits = sorted({lit for src in ("app", "syslog", "fabricmanager") for lit in pack.prefilter(src)})
@@ -109,8 +124,9 @@ def patterns() -> list[str]:
 def run_timed(cmd: list[str], env: dict | None = None, stdout=subprocess.DEVNULL) -> tuple[float, int, str]:
     """Wall seconds, peak RSS (MiB) of the child, its stdout."""
     started = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE if stdout is None else stdout, stderr=subprocess.PIPE,
-                         env=env, cwd=ROOT)
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE if stdout is None else stdout, stderr=subprocess.PIPE, env=env, cwd=ROOT
+    )
     out = p.stdout.read().decode() if p.stdout else ""
     _, status, usage = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
@@ -127,9 +143,9 @@ def best(n: int, fn):
 
 def phases(bundle: str) -> dict[str, float]:
     """The inline steps, timed one by one (run in a fresh process by the bench)."""
-    from flows.pipeline import failed_collect  # noqa: F401  (same imports as a real run)
-    from rules.pack import default_pack
-    from tasks import steps
+    from workload_attribution.flows.pipeline import failed_collect  # noqa: F401  (same imports as a real run)
+    from workload_attribution.rules.pack import default_pack
+    from workload_attribution.tasks import steps
 
     t = {}
     s = time.perf_counter()
@@ -153,7 +169,12 @@ def phases(bundle: str) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scales", nargs="+", type=parse_scale, default=[parse_scale(s) for s in ("8:100k", "64:1M", "256:3M", "1024:10M")])
+    ap.add_argument(
+        "--scales",
+        nargs="+",
+        type=parse_scale,
+        default=[parse_scale(s) for s in ("8:100k", "64:1M", "256:3M", "1024:10M")],
+    )
     ap.add_argument("--csv", default="bench.csv", help="append the rows here")
     ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (default: a temporary directory)")
     ap.add_argument("--repeat", type=int, default=2, help="runs per measurement (best is reported)")
@@ -167,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     pat = base / "patterns.txt"
     pat.write_text("\n".join(patterns()) + "\n")
     py = sys.executable
-    diagnose = lambda b: [py, "-m", "attribution.cli", "diagnose", str(b), "--inline", "--no-warehouse", "--json"]  # noqa: E731
+    diagnose = lambda b: [py, "-m", "workload_attribution", "diagnose", str(b), "--inline", "--no-warehouse", "--json"]  # noqa: E731
     env = {**os.environ, "LC_ALL": "C"}
 
     tiny = base / "tiny"
@@ -180,31 +201,55 @@ def main(argv: list[str] | None = None) -> int:
     for hosts, lines in a.scales:
         d = base / f"h{hosts}-l{lines}"
         t0 = time.perf_counter()
-        info = make_attempt(d, hosts, lines) if not (d / "bench.json").exists() else json.loads((d / "bench.json").read_text())
+        info = (
+            make_attempt(d, hosts, lines)
+            if not (d / "bench.json").exists()
+            else json.loads((d / "bench.json").read_text())
+        )
         (d / "bench.json").write_text(json.dumps(info))
         gen_s = time.perf_counter() - t0
         files = info["files"]
-        run_timed(["cat", *files], env)    # into the page cache
-        (cat_s, cat_rss, _), _ = best(a.repeat, lambda: run_timed(["cat", *files], env))
-        (grep_s, grep_rss, _), _ = best(a.repeat, lambda: run_timed(["grep", "-E", "-c", "-f", str(pat), *files], env))
-        (inl_s, inl_rss, out), _ = best(a.repeat, lambda: run_timed(diagnose(d), env, None))
+        run_timed(["cat", *files], env)  # into the page cache
+        (cat_s, cat_rss, _), _ = best(a.repeat, lambda files=files: run_timed(["cat", *files], env))
+        (grep_s, grep_rss, _), _ = best(
+            a.repeat, lambda files=files: run_timed(["grep", "-E", "-c", "-f", str(pat), *files], env)
+        )
+        (inl_s, inl_rss, out), _ = best(a.repeat, lambda d=d: run_timed(diagnose(d), env, None))
         doc = json.loads(out)
         ok = (doc["terminal_state"], doc["sub_domain"], doc["affected_nodes"]) == (
-            info["expected"]["terminal_state"], info["expected"]["sub_domain"], info["expected"]["affected_nodes"])
+            info["expected"]["terminal_state"],
+            info["expected"]["sub_domain"],
+            info["expected"]["affected_nodes"],
+        )
         _, _, ph = run_timed([py, "-m", "tests.bench.bench", "--phases-of", str(d)], env, None)
         ph = json.loads(ph)
         marginal = max(0.0, inl_s - tiny_wall)
-        row = {"hosts": hosts, "lines": info["lines"], "mib": round(info["bytes"] / 2**20, 1),
-               "cat_s": round(cat_s, 3), "grep_s": round(grep_s, 3), "inline_s": round(inl_s, 3),
-               "inline_vs_grep": round(inl_s / grep_s, 2), "marginal_vs_grep": round(marginal / grep_s, 2),
-               "lines_per_s": int(info["lines"] / inl_s), "inline_rss_mib": inl_rss, "grep_rss_mib": grep_rss,
-               "correct": ok, **{f"phase_{k}_s": round(v, 3) for k, v in ph.items()}, "generate_s": round(gen_s, 1)}
+        row = {
+            "hosts": hosts,
+            "lines": info["lines"],
+            "mib": round(info["bytes"] / 2**20, 1),
+            "cat_s": round(cat_s, 3),
+            "grep_s": round(grep_s, 3),
+            "inline_s": round(inl_s, 3),
+            "inline_vs_grep": round(inl_s / grep_s, 2),
+            "marginal_vs_grep": round(marginal / grep_s, 2),
+            "lines_per_s": int(info["lines"] / inl_s),
+            "inline_rss_mib": inl_rss,
+            "grep_rss_mib": grep_rss,
+            "correct": ok,
+            **{f"phase_{k}_s": round(v, 3) for k, v in ph.items()},
+            "generate_s": round(gen_s, 1),
+        }
         rows.append(row)
         print(f"\n== {hosts} hosts, {info['lines']:,} lines, {row['mib']} MiB ==")
-        print(f"  cat {cat_s:7.2f} s   grep -E {grep_s:7.2f} s ({grep_rss} MiB)   --inline {inl_s:7.2f} s ({inl_rss} MiB)"
-              f"   {row['lines_per_s']:,} lines/s   correct={ok}")
-        print(f"  inline/grep {row['inline_vs_grep']:.2f}x   marginal (minus tiny {tiny_wall:.2f} s)/grep "
-              f"{row['marginal_vs_grep']:.2f}x")
+        print(
+            f"  cat {cat_s:7.2f} s   grep -E {grep_s:7.2f} s ({grep_rss} MiB)   --inline {inl_s:7.2f} s ({inl_rss} MiB)"
+            f"   {row['lines_per_s']:,} lines/s   correct={ok}"
+        )
+        print(
+            f"  inline/grep {row['inline_vs_grep']:.2f}x   marginal (minus tiny {tiny_wall:.2f} s)/grep "
+            f"{row['marginal_vs_grep']:.2f}x"
+        )
         print("  phases: " + "  ".join(f"{k} {v:.2f}s" for k, v in ph.items()))
     new = not Path(a.csv).exists()
     with open(a.csv, "a", newline="") as f:

@@ -36,14 +36,15 @@ OOM = ROOT / "tests" / "regression" / "host_oom_kueue-1-0"
 
 @dataclass
 class Storm:
-    bodies: list[tuple[str, bytes]]              # (kind: valid / duplicate / invalid, body)
-    unique: list[str]                            # workload names that must each be diagnosed once
-    answers: list[tuple[str, int, float, dict]] = field(default_factory=list)   # kind, status, seconds, json
-    resent: int = 0                              # calls re-sent after a dropped connection
+    bodies: list[tuple[str, bytes]]  # (kind: valid / duplicate / invalid, body)
+    unique: list[str]  # workload names that must each be diagnosed once
+    answers: list[tuple[str, int, float, dict]] = field(default_factory=list)  # kind, status, seconds, json
+    resent: int = 0  # calls re-sent after a dropped connection
 
 
-def plan(n: int, kube, cluster: str, namespace: str, dup_share: float = 0.3, invalid_share: float = 0.05,
-         seed: int = 5) -> Storm:
+def plan(
+    n: int, kube, cluster: str, namespace: str, dup_share: float = 0.3, invalid_share: float = 0.05, seed: int = 5
+) -> Storm:
     rng = random.Random(seed)
     template = json.loads((OOM / "scheduler" / "workload.json").read_text())
     n_invalid = int(n * invalid_share)
@@ -54,14 +55,26 @@ def plan(n: int, kube, cluster: str, namespace: str, dup_share: float = 0.3, inv
         kube.clone_workload(template["metadata"]["name"], name)
 
     def body(workload: str, **over) -> bytes:
-        doc = {"cluster": cluster, "namespace": namespace, "name": workload, "attempt": 0,
-               "conditions": template["status"]["conditions"], **over}
+        doc = {
+            "cluster": cluster,
+            "namespace": namespace,
+            "name": workload,
+            "attempt": 0,
+            "conditions": template["status"]["conditions"],
+            **over,
+        }
         return json.dumps(doc).encode()
 
     bodies = [("valid", body(name)) for name in unique]
     bodies += [("duplicate", body(rng.choice(unique))) for _ in range(n_dup)]
-    broken = [dict(name="Not_A_Name!"), dict(namespace="../etc"), dict(attempt=-1), dict(attempt="many"),
-              dict(conditions="nope"), dict(cluster="a b")]
+    broken = [
+        dict(name="Not_A_Name!"),
+        dict(namespace="../etc"),
+        dict(attempt=-1),
+        dict(attempt="many"),
+        dict(conditions="nope"),
+        dict(cluster="a b"),
+    ]
     bodies += [("invalid", body(f"burst-x{i}", **broken[i % len(broken)])) for i in range(n_invalid)]
     rng.shuffle(bodies)
     return Storm(bodies, unique)
@@ -69,7 +82,7 @@ def plan(n: int, kube, cluster: str, namespace: str, dup_share: float = 0.3, inv
 
 async def fire(url: str, secret: str, storm: Storm, concurrency: int) -> list[float]:
     """Send the storm; meanwhile probe /healthz every 0.2 s (its answer times are returned)."""
-    from attribution.service import sign
+    from workload_attribution.service.auth import sign
 
     gate = asyncio.Semaphore(concurrency)
     probes: list[float] = []
@@ -82,20 +95,26 @@ async def fire(url: str, secret: str, storm: Storm, concurrency: int) -> list[fl
                 await c.get(f"{url}/healthz")
                 probes.append(time.perf_counter() - t)
                 await asyncio.sleep(0.2)
+
     async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=concurrency)) as client:
+
         async def one(kind: str, body: bytes):
             async with gate:
                 t = time.perf_counter()
-                for attempt in range(3):   # as a real sender (deployments/*) does: a dropped connection is re-sent
+                for attempt in range(3):  # as a real sender (deployments/*) does: a dropped connection is re-sent
                     try:
-                        r = await client.post(f"{url}/v1/webhooks/kubernetes", content=body,
-                                              headers={**sign(secret, body), "Content-Type": "application/json"})
+                        r = await client.post(
+                            f"{url}/v1/webhooks/kubernetes",
+                            content=body,
+                            headers={**sign(secret, body), "Content-Type": "application/json"},
+                        )
                         break
                     except httpx.TransportError:
                         storm.resent += 1
                         if attempt == 2:
                             raise
                 storm.answers.append((kind, r.status_code, time.perf_counter() - t, r.json()))
+
         prober = asyncio.ensure_future(probe())
         await asyncio.gather(*[one(k, b) for k, b in storm.bodies])
         stop.set()
@@ -108,8 +127,12 @@ def wait_all_diagnosed(url: str, token: str, cluster: str, want: int, timeout_s:
     while True:
         items, offset = [], 0
         while True:
-            r = httpx.get(f"{url}/v1/diagnoses", params={"cluster": cluster, "limit": 1000, "offset": offset},
-                          headers={"Authorization": f"Bearer {token}"}, timeout=60)
+            r = httpx.get(
+                f"{url}/v1/diagnoses",
+                params={"cluster": cluster, "limit": 1000, "offset": offset},
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=60,
+            )
             page = r.json()["items"] if r.status_code == 200 else []
             items += page
             if len(page) < 1000:
@@ -135,8 +158,9 @@ def runs_per_key(stack) -> Counter:
             dep = await client.read_deployment_by_name("attribute-attempt/attempt")
             out, offset = [], 0
             while True:
-                page = await client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id])),
-                                                   limit=200, offset=offset)
+                page = await client.read_flow_runs(
+                    deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id])), limit=200, offset=offset
+                )
                 out += page
                 if len(page) < 200:
                     return Counter(r.idempotency_key for r in out)
@@ -163,7 +187,7 @@ def check(storm: Storm, items: list[dict], runs: Counter) -> list[str]:
         problems.append(f"attempts without exactly one flow run: {[k for k in keys if runs[k] != 1][:3]}")
     if len(keys) != len(storm.unique):
         problems.append(f"{len(keys)} attempts accepted, {len(storm.unique)} expected")
-    names = Counter(i["job_id"] for i in items)
+    names = Counter(i["job_id"].rpartition("/")[2] for i in items)  # Kueue job ids are namespace/name
     want, got = set(storm.unique), set(names)
     if got != want:
         problems.append(f"diagnosed {len(got)} attempts, {len(want)} expected (missing e.g. {sorted(want - got)[:3]})")
@@ -188,14 +212,30 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="burst-"))
     base.mkdir(parents=True, exist_ok=True)
     kube = KubeStandIn(namespace="team-a").start()
-    kube.load_bundle(OOM / "scheduler", {"kueue.x-k8s.io/workload-name":
-                                         json.loads((OOM / "scheduler" / "workload.json").read_text())["metadata"]["name"]})
+    kube.load_bundle(
+        OOM / "scheduler",
+        {
+            "kueue.x-k8s.io/workload-name": json.loads((OOM / "scheduler" / "workload.json").read_text())["metadata"][
+                "name"
+            ]
+        },
+    )
     storm = plan(a.n, kube, "k8s", "team-a")
     files = {s: {"connector": "files", "path": str(OOM / "logs" / s / "{host}.log")} for s in ("app", "syslog")}
-    (base / "attribution.yaml").write_text(yaml.safe_dump({
-        "warehouse": str(base / "warehouse.duckdb"),
-        "clusters": {"k8s": {"scheduler": "kueue", "kueue": {"url": kube.url, "namespace": "team-a", "token_env": None},
-                             "sources": files}}}))
+    (base / "attribution.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "warehouse": str(base / "warehouse.duckdb"),
+                "clusters": {
+                    "k8s": {
+                        "scheduler": "kueue",
+                        "kueue": {"url": kube.url, "namespace": "team-a", "token_env": None},
+                        "sources": files,
+                    }
+                },
+            }
+        )
+    )
     stack = PrefectStack(base, base / "attribution.yaml", worker_args=["--limit", str(a.limit)])
     try:
         stack.start()
@@ -204,15 +244,24 @@ def main(argv: list[str] | None = None) -> int:
         answered = time.monotonic() - t0
         lat = [s for _, _, s, _ in storm.answers]
         outcomes = Counter(f"{code} {doc.get('status') or 'refused'}" for _, code, _, doc in storm.answers)
-        print(f"{a.n} webhook calls ({len(storm.unique)} unique attempts, "
-              f"{sum(1 for k, *_ in storm.bodies if k == 'duplicate')} duplicates, "
-              f"{sum(1 for k, *_ in storm.bodies if k == 'invalid')} invalid), {a.concurrency} in flight")
-        print(f"  answers: {dict(outcomes)}; all answered in {answered:.1f} s; re-sent after a dropped "
-              f"connection: {storm.resent}")
-        print(f"  webhook answer: p50 {pct(lat, .5) * 1000:.0f} ms, p99 {pct(lat, .99) * 1000:.0f} ms, "
-              f"max {max(lat) * 1000:.0f} ms")
-        print(f"  /healthz during the storm: p50 {pct(probes, .5) * 1000:.0f} ms, p99 {pct(probes, .99) * 1000:.0f} ms "
-              f"({len(probes)} probes)", flush=True)
+        print(
+            f"{a.n} webhook calls ({len(storm.unique)} unique attempts, "
+            f"{sum(1 for k, *_ in storm.bodies if k == 'duplicate')} duplicates, "
+            f"{sum(1 for k, *_ in storm.bodies if k == 'invalid')} invalid), {a.concurrency} in flight"
+        )
+        print(
+            f"  answers: {dict(outcomes)}; all answered in {answered:.1f} s; re-sent after a dropped "
+            f"connection: {storm.resent}"
+        )
+        print(
+            f"  webhook answer: p50 {pct(lat, 0.5) * 1000:.0f} ms, p99 {pct(lat, 0.99) * 1000:.0f} ms, "
+            f"max {max(lat) * 1000:.0f} ms"
+        )
+        print(
+            f"  /healthz during the storm: p50 {pct(probes, 0.5) * 1000:.0f} ms, p99 {pct(probes, 0.99) * 1000:.0f} ms "
+            f"({len(probes)} probes)",
+            flush=True,
+        )
         items = wait_all_diagnosed(stack.url, TOKEN, "k8s", len(storm.unique), timeout_s=60 + 10 * len(storm.unique))
         done = time.monotonic() - t0
         health = httpx.get(f"{stack.url}/healthz", timeout=10).status_code
@@ -220,8 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stack.stop()
         kube.stop()
-    print(f"  diagnoses: {len(items)} in {done:.1f} s after the first call "
-          f"({len(storm.unique) / done * 3600:,.0f} attempts/hour); /healthz after: {health}")
+    print(
+        f"  diagnoses: {len(items)} in {done:.1f} s after the first call "
+        f"({len(storm.unique) / done * 3600:,.0f} attempts/hour); /healthz after: {health}"
+    )
     problems = check(storm, items, runs)
     print("  exactly once, invalid refused: " + ("yes" if not problems else "NO: " + "; ".join(problems)))
     return 1 if problems else 0

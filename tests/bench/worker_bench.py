@@ -54,12 +54,12 @@ def make_bundles(base: Path, n: int, seed: int) -> list[Path]:
 def inline_work(bundles: list[Path], warehouse: Path) -> dict[str, float]:
     """Seconds each attempt takes inline in a warm process, published to a warehouse like the flow
     does: the same work without Prefect."""
-    from flows.inline import attribute_inline
-    from flows.pipeline import Request
-    from rules.pack import default_pack
+    from workload_attribution.flows.inline import attribute_inline
+    from workload_attribution.flows.pipeline import Request
+    from workload_attribution.rules.pack import default_pack
 
     pack = default_pack()
-    attribute_inline(Request(bundle=str(bundles[0]), warehouse=str(warehouse)), pack)   # warm
+    attribute_inline(Request(bundle=str(bundles[0]), warehouse=str(warehouse)), pack)  # warm
     out = {}
     for b in bundles:
         t = time.perf_counter()
@@ -81,13 +81,19 @@ async def submit_and_wait(bundles: list[Path], timeout_s: float, one_at_a_time: 
                 if all(r.state and r.state.is_final() for r in runs):
                     return runs
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"not all runs finished in {timeout_s:.0f} s: "
-                                     f"{sum(1 for r in runs if r.state and r.state.is_final())}/{len(runs)}")
+                    raise SystemExit(
+                        f"not all runs finished in {timeout_s:.0f} s: "
+                        f"{sum(1 for r in runs if r.state and r.state.is_final())}/{len(runs)}"
+                    )
                 await asyncio.sleep(0.1)
 
     async def submit(b):
-        run = await run_deployment("attribute-attempt/attempt", parameters={"bundle": str(b)}, timeout=0,
-                                   idempotency_key=f"bench:{b}:{time.time()}")
+        run = await run_deployment(
+            "attribute-attempt/attempt",
+            parameters={"bundle": str(b)},
+            timeout=0,
+            idempotency_key=f"bench:{b}:{time.time()}",
+        )
         return run.id
 
     if one_at_a_time:
@@ -105,10 +111,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", type=int, default=40, help="small attempts to push through the worker")
     ap.add_argument("--limit", type=int, default=2, help="flow runs at once on the worker (2 cores here)")
     ap.add_argument("--process", action="store_true", help="Prefect's process worker instead of the warm one")
-    ap.add_argument("--one-at-a-time", action="store_true",
-                    help="submit each attempt after the previous one ended: the overhead on an idle warm worker")
-    ap.add_argument("--profile", metavar="FILE", help="py-spy the worker while the runs go through (raw stacks; "
-                                                     "needs `pip install py-spy`)")
+    ap.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="submit each attempt after the previous one ended: the overhead on an idle warm worker",
+    )
+    ap.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="py-spy the worker while the runs go through (raw stacks; needs `pip install py-spy`)",
+    )
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--csv", metavar="FILE", help="append one row per run")
     ap.add_argument("--keep", metavar="DIR", help="work directory (kept); default a temporary one")
@@ -131,14 +143,31 @@ def main(argv: list[str] | None = None) -> int:
         spy = None
         if a.profile:
             import subprocess
-            spy = subprocess.Popen(["py-spy", "record", "--pid", str(stack.procs["worker"].pid), "--idle", "--threads",
-                                    "-f", "raw", "-o", a.profile, "-r", "50"], stderr=subprocess.DEVNULL)
+
+            spy = subprocess.Popen(
+                [
+                    "py-spy",
+                    "record",
+                    "--pid",
+                    str(stack.procs["worker"].pid),
+                    "--idle",
+                    "--threads",
+                    "-f",
+                    "raw",
+                    "-o",
+                    a.profile,
+                    "-r",
+                    "50",
+                ],
+                stderr=subprocess.DEVNULL,
+            )
         with stack.client_settings():
             t0 = time.monotonic()
             runs = asyncio.run(submit_and_wait(bundles, timeout_s=60 + 30 * a.n, one_at_a_time=a.one_at_a_time))
             wall = time.monotonic() - t0
         if spy:
             import signal
+
             spy.send_signal(signal.SIGINT)
             spy.wait(30)
     finally:
@@ -149,18 +178,35 @@ def main(argv: list[str] | None = None) -> int:
         b = str(r.parameters["bundle"])
         queue = (r.start_time - r.created).total_seconds()
         run = (r.end_time - r.start_time).total_seconds()
-        rows.append({"worker": kind, "mode": "sequential" if a.one_at_a_time else "burst", "bundle": Path(b).name, "queue_s": round(queue, 3), "run_s": round(run, 3),
-                     "work_s": round(work[b], 3), "overhead_s": round(queue + run - work[b], 3),
-                     "run_overhead_s": round(run - work[b], 3), "state": r.state.type.value})
+        rows.append(
+            {
+                "worker": kind,
+                "mode": "sequential" if a.one_at_a_time else "burst",
+                "bundle": Path(b).name,
+                "queue_s": round(queue, 3),
+                "run_s": round(run, 3),
+                "work_s": round(work[b], 3),
+                "overhead_s": round(queue + run - work[b], 3),
+                "run_overhead_s": round(run - work[b], 3),
+                "state": r.state.type.value,
+            }
+        )
     how = "one at a time" if a.one_at_a_time else "submitted at once"
     print(f"\n{a.n} small attempts ({how}) through one {kind} worker (--limit {a.limit}), {len(failed)} not completed")
     print(f"{'':18s}{'p50':>8s}{'p90':>8s}{'max':>8s}")
-    for key, label in (("queue_s", "queue (s)"), ("run_s", "flow run (s)"), ("work_s", "work inline (s)"),
-                       ("run_overhead_s", "run - work (s)"), ("overhead_s", "overhead (s)")):
+    for key, label in (
+        ("queue_s", "queue (s)"),
+        ("run_s", "flow run (s)"),
+        ("work_s", "work inline (s)"),
+        ("run_overhead_s", "run - work (s)"),
+        ("overhead_s", "overhead (s)"),
+    ):
         vals = [row[key] for row in rows]
-        print(f"{label:18s}{pct(vals, .5):8.2f}{pct(vals, .9):8.2f}{max(vals):8.2f}")
-    print(f"all {a.n} done in {wall:.1f} s -> {a.n / wall * 3600:,.0f} attempts/hour on this worker "
-          f"(mean work inline {statistics.mean(work.values()):.2f} s)")
+        print(f"{label:18s}{pct(vals, 0.5):8.2f}{pct(vals, 0.9):8.2f}{max(vals):8.2f}")
+    print(
+        f"all {a.n} done in {wall:.1f} s -> {a.n / wall * 3600:,.0f} attempts/hour on this worker "
+        f"(mean work inline {statistics.mean(work.values()):.2f} s)"
+    )
     if a.csv:
         new = not Path(a.csv).exists()
         with open(a.csv, "a", newline="") as fh:

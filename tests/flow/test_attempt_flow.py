@@ -15,38 +15,56 @@ def prefect_server():
         yield
 
 
-def test_flow_diagnoses_and_publishes(tmp_path):
-    from flows.attempt import attribute_attempt
-    from warehouse.store import Warehouse
+def test_flow_diagnoses_and_publishes(tmp_path, monkeypatch):
+    from workload_attribution.contracts.identity import Target
+    from workload_attribution.flows.attempt import attribute_attempt
+    from workload_attribution.warehouse.store import Warehouse
 
     wh = tmp_path / "w.duckdb"
-    doc = attribute_attempt(bundle=str(WORKED), warehouse=str(wh))
-    assert (doc["terminal_state"], doc["sub_domain"], doc["affected_nodes"]) == ("hardware_failure", "nvlink", ["gb-r12-n04"])
-    assert {c["source"] for c in doc["coverage"]} == {"app", "syslog", "fabricmanager", "scheduler_log", "sacct", "kueue",
-                                                       "metrics", "topology"}
+    monkeypatch.setenv("ATTRIBUTION_WAREHOUSE", str(wh))  # the flow reads its process's configuration
+    doc = attribute_attempt(Target(bundle=str(WORKED)))
+    assert (doc["terminal_state"], doc["sub_domain"], doc["affected_nodes"]) == (
+        "hardware_failure",
+        "nvlink",
+        ["gb-r12-n04"],
+    )
+    assert {c["source"] for c in doc["coverage"]} == {
+        "app",
+        "syslog",
+        "fabricmanager",
+        "scheduler_log",
+        "sacct",
+        "kueue",
+        "metrics",
+        "topology",
+    }
     assert Warehouse(wh).get("eos", "slurm", "4191701", 0)["diagnosis_id"] == doc["diagnosis_id"]
 
 
 def test_transient_source_errors_are_retried_and_permanent_ones_recorded(monkeypatch):
-    import connectors.bundle as bundle
-    from flows.attempt import attribute_attempt
-    from tasks.steps import TransientSourceError
+    import dataclasses
+
+    from workload_attribution.connectors import registry
+    from workload_attribution.contracts.errors import TransientSourceError
+    from workload_attribution.contracts.identity import Target
+    from workload_attribution.flows.attempt import attribute_attempt
 
     calls = {"metrics": 0, "topology": 0}
-    real = bundle.collect
+    real = registry.get("bundle")
 
-    def flaky(b, scope, source, staging, prefilter):
-        if source == "metrics":
+    def flaky(ctx):
+        if ctx.source == "metrics":
             calls["metrics"] += 1
             if calls["metrics"] <= 2:
                 raise TransientSourceError("HTTP 503 from exporter")
-        if source == "topology":
+        if ctx.source == "topology":
             calls["topology"] += 1
             raise TransientSourceError("connection refused")
-        return real(b, scope, source, staging, prefilter)
+        return real.collect(ctx)
 
-    monkeypatch.setattr(bundle, "collect", flaky)
-    doc = attribute_attempt(bundle=str(WORKED), store=False)
+    monkeypatch.setitem(registry._REGISTRY, "bundle", dataclasses.replace(real, collect=flaky))
+    monkeypatch.setenv("ATTRIBUTION_WAREHOUSE", "")  # not stored
+    doc = attribute_attempt(Target(bundle=str(WORKED)))
     cov = {c["source"]: c for c in doc["coverage"]}
     assert calls["metrics"] == 3 and cov["metrics"]["status"] == "ok"
     assert calls["topology"] == 4 and cov["topology"]["status"] == "error"

@@ -17,7 +17,9 @@ SLURM_BASE = Path(os.environ.get("ATTRIBUTION_SLURM_BASE", "/tmp/attribution-slu
 @pytest.fixture(scope="session")
 def prometheus(tmp_path_factory):
     # DCGM series of the worked example and the InfiniBand counters of the shared ib_link_down example
-    files = sorted((WORKED / "metrics").glob("*.prom")) + [EXAMPLES / "ib_link_down_one_host-1-0" / "metrics" / "range-export.prom"]
+    files = sorted((WORKED / "metrics").glob("*.prom")) + [
+        EXAMPLES / "ib_link_down_one_host-1-0" / "metrics" / "range-export.prom"
+    ]
     server = Prometheus(tmp_path_factory.mktemp("prom"), files).start()
     yield server
     server.stop()
@@ -30,8 +32,9 @@ def slurm():
         if os.environ.get("CI"):
             pytest.fail("real Slurm needs root and apt (or installed packages)")
         pytest.skip("real Slurm needs root")
-    up = subprocess.run(["bash", str(ROOT / "tests/services/slurm_up.sh"), str(SLURM_BASE)], capture_output=True,
-                        text=True, timeout=600)
+    up = subprocess.run(
+        ["bash", str(ROOT / "tests/services/slurm_up.sh"), str(SLURM_BASE)], capture_output=True, text=True, timeout=600
+    )
     if up.returncode != 0:
         pytest.fail(f"slurm_up.sh failed: {up.stderr[-2000:]}")
     env = {}
@@ -40,14 +43,16 @@ def slurm():
         env[k] = v
     os.environ.update({k: env[k] for k in ("SLURM_CONF", "SLURMRESTD_TOKEN")})
     yield env
-    subprocess.run(["bash", str(ROOT / "tests/services/slurm_down.sh"), str(SLURM_BASE)], capture_output=True, timeout=120)
+    subprocess.run(
+        ["bash", str(ROOT / "tests/services/slurm_down.sh"), str(SLURM_BASE)], capture_output=True, timeout=120
+    )
 
 
 @pytest.fixture
 def staged():
     """The worked example's scope and a fresh staging database for it."""
-    from connectors.bundle import load_scope
-    from connectors.staging import create_staging, release_staging
+    from workload_attribution.connectors.bundle import load_scope
+    from workload_attribution.contracts.staging import create_staging, release_staging
 
     scope = load_scope(WORKED)
     path = create_staging(scope)

@@ -32,14 +32,14 @@ stage = os.environ["KILL_AT"]
 def die(*a, **k):
     os.kill(os.getpid(), signal.SIGKILL)
 
-from tasks import steps
-from warehouse import store
+from workload_attribution.tasks import steps
+from workload_attribution.warehouse import store
 if stage == "publish-mid-transaction":
     store.Warehouse._insert_topology = die          # called inside the write transaction, after the main row
 else:
     setattr(steps, {"scope": "scope_attempt", "collect": "collect_source", "store": "store_observations",
                     "attribute": "attribute"}[stage], die)
-from attribution.cli import main
+from workload_attribution.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -63,7 +63,7 @@ def backfill(tmp_path: Path, tree: Path, env_extra: dict | None = None, launcher
         (tmp_path / "launch.py").write_text(LAUNCHER)
         cmd = [sys.executable, str(tmp_path / "launch.py"), *args]
     else:
-        cmd = [sys.executable, "-m", "attribution.cli", *args]
+        cmd = [sys.executable, "-m", "workload_attribution", *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -84,9 +84,18 @@ def orphans(wh: Path) -> int:
     """Parts of a diagnosis without its diagnosis row (what a half-written write would leave)."""
     con = duckdb.connect(str(wh), read_only=True)
     try:
-        return sum(con.execute(f"SELECT count(*) FROM {t} WHERE diagnosis_id NOT IN (SELECT diagnosis_id FROM diagnoses)")
-                   .fetchone()[0] for t in ("diagnosis_symptoms", "diagnosis_affected_nodes", "diagnosis_coverage",
-                                            "diagnosis_evidence", "diagnosis_affected_components"))
+        return sum(
+            con.execute(
+                f"SELECT count(*) FROM {t} WHERE diagnosis_id NOT IN (SELECT diagnosis_id FROM diagnoses)"
+            ).fetchone()[0]
+            for t in (
+                "diagnosis_symptoms",
+                "diagnosis_affected_nodes",
+                "diagnosis_coverage",
+                "diagnosis_evidence",
+                "diagnosis_affected_components",
+            )
+        )
     finally:
         con.close()
 
@@ -119,8 +128,15 @@ def test_killed_in_any_stage_then_the_next_backfill_diagnoses_each_attempt_once(
 def test_a_locked_warehouse_fails_loudly_and_the_attempts_stay_pending(tmp_path, tree):
     wh = tmp_path / "w.duckdb"
     duckdb.connect(str(wh)).close()
-    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb,time; c=duckdb.connect({str(wh)!r}); "
-                               "print('held', flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb,time; c=duckdb.connect({str(wh)!r}); print('held', flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         started = time.monotonic()

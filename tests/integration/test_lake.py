@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.services.postgres import Postgres
-from warehouse.store import Warehouse, WarehouseConfigError, parse_lake, views
+from workload_attribution.warehouse.store import Warehouse, WarehouseConfigError, parse_lake, views
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def postgres():
     import tempfile
 
-    base = Path(tempfile.mkdtemp(prefix="attribution-pg-"))   # not under pytest's 0700 tmp: the server runs as postgres
+    base = Path(tempfile.mkdtemp(prefix="attribution-pg-"))  # not under pytest's 0700 tmp: the server runs as postgres
     base.chmod(0o755)
     pg = Postgres(base / "pg").start()
     yield pg
@@ -35,30 +35,60 @@ def test_lake_url_parsing():
     lake = parse_lake("ducklake+postgres://attr@db.example:5433/attribution?data_path=/shared/lake")
     assert (lake.dsn, lake.data_path) == ("host=db.example port=5433 dbname=attribution user=attr", "/shared/lake/")
     assert parse_lake("/var/lib/attribution/warehouse.duckdb") is None
-    for bad in ("ducklake+postgres://h/db", "ducklake+mysql://h/db?data_path=/x", "ducklake+postgres://h/?data_path=/x",
-                "ducklake+postgres://h/db?data_path=/x'y"):
+    for bad in (
+        "ducklake+postgres://h/db",
+        "ducklake+mysql://h/db?data_path=/x",
+        "ducklake+postgres://h/?data_path=/x",
+        "ducklake+postgres://h/db?data_path=/x'y",
+    ):
         with pytest.raises(WarehouseConfigError):
             parse_lake(bad)
 
 
 def test_concurrent_writers_lose_nothing_and_views_match_local(postgres, seeded_warehouse, tmp_path):
-    from flows.backfill import backfill_inline
+    from workload_attribution.flows.backfill import backfill_inline
 
     # a dozen of the seeded fleet's attempts, the planted port's among them
     every = sorted(p.parent for p in (seeded_warehouse.parent / "bundles").rglob("attempt.yaml"))
-    bundles = [b for b in every if b.parent.name == "network_link"] + [b for b in every if b.parent.name != "network_link"][::3]
+    bundles = [b for b in every if b.parent.name == "network_link"] + [
+        b for b in every if b.parent.name != "network_link"
+    ][::3]
     shards = [tmp_path / f"shard{i}" for i in range(3)]
     for i, b in enumerate(bundles):
         shutil.copytree(b, shards[i % 3] / b.name)
-    for b in bundles[1:8:4]:   # two attempts written by two processes at the same time
+    for b in bundles[1:8:4]:  # two attempts written by two processes at the same time
         shutil.copytree(b, shards[(bundles.index(b) + 1) % 3] / b.name)
     local_wh = tmp_path / "local.duckdb"
     assert backfill_inline(since="3650d", bundles_dir=str(tmp_path), warehouse=str(local_wh)).failed == 0
-    url = f"ducklake+postgres://{postgres.user}@127.0.0.1:{postgres.port}/{postgres.db}?data_path={tmp_path / 'lake-data'}"
+    url = (
+        f"ducklake+postgres://{postgres.user}@127.0.0.1:{postgres.port}/{postgres.db}"
+        f"?data_path={tmp_path / 'lake-data'}"
+    )
     env = {**os.environ, "PGPASSWORD": postgres.password}
-    procs = [subprocess.Popen([sys.executable, "-m", "attribution.cli", "backfill", "--inline", "--bundles", str(s),
-                               "--since", "3650d", "--warehouse", url, "--json"], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for s in shards]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "workload_attribution",
+                "backfill",
+                "--inline",
+                "--bundles",
+                str(s),
+                "--since",
+                "3650d",
+                "--warehouse",
+                url,
+                "--json",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for s in shards
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0] * 3, [o[1][-2000:] for o in outs]
 
@@ -74,8 +104,8 @@ def test_concurrent_writers_lose_nothing_and_views_match_local(postgres, seeded_
         for name in views():
             cols, got = lake.query(name)
             cols_local, want = local.query(name)
-            keep = [i for i, c in enumerate(cols) if c != "example_error"]   # any_value: either example is right
-            norm = lambda rows: sorted(tuple(str(r[i]) for i in keep) for r in rows)  # noqa: E731
+            keep = [i for i, c in enumerate(cols) if c != "example_error"]  # any_value: either example is right
+            norm = lambda rows, keep=keep: sorted(tuple(str(r[i]) for i in keep) for r in rows)  # noqa: E731
             assert cols == cols_local and norm(got) == norm(want), name
         _, top = lake.query("switch_port_patterns")
         assert (top[0][1], top[0][2], top[0][3]) == ("leaf-07", "17", 5)

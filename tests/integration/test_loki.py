@@ -9,14 +9,15 @@ import socket
 
 import pytest
 
-from attribution.models import CoverageStatus
-from connectors import TransientSourceError
-from connectors.bundle import load_scope
-from connectors.loki import LokiSource, collect, render_selector
-from connectors.staging import connect, create_staging, release_staging
-from rules.pack import default_pack
 from tests.conftest import WORKED
+from tests.helpers import collect_bundle, coverage_of
 from tests.services.loki_standin import LokiStandIn, parse_query
+from workload_attribution.connectors.bundle import load_scope
+from workload_attribution.connectors.loki import LokiSource, render_selector
+from workload_attribution.contracts.errors import TransientSourceError
+from workload_attribution.contracts.models import CoverageStatus
+from workload_attribution.contracts.staging import connect, create_staging, release_staging
+from workload_attribution.rules.pack import default_pack
 
 
 def _ns_times(lines: list[str], tz: str, ref) -> list[int]:
@@ -24,8 +25,12 @@ def _ns_times(lines: list[str], tz: str, ref) -> list[int]:
     path = create_staging(load_scope(WORKED))
     con = connect(path)
     try:
-        ts = [r[0] for r in con.execute("SELECT epoch_ns(log_time(x, $tz, $ref)) FROM unnest($l) t(x)",
-                                        {"l": lines, "tz": tz, "ref": ref}).fetchall()]
+        ts = [
+            r[0]
+            for r in con.execute(
+                "SELECT epoch_ns(log_time(x, $tz, $ref)) FROM unnest($l) t(x)", {"l": lines, "tz": tz, "ref": ref}
+            ).fetchall()
+        ]
     finally:
         con.close()
         release_staging(path)
@@ -54,8 +59,10 @@ def loki():
 def _lines(staging):
     con = connect(staging)
     try:
-        return con.execute("SELECT s.node, r.line, r.collector_time FROM raw_lines r JOIN source_files s USING (file_id) "
-                           "ORDER BY 1, 3, 2").fetchall()
+        return con.execute(
+            "SELECT s.node, r.line, r.collector_time FROM raw_lines r JOIN source_files s USING (file_id) "
+            "ORDER BY 1, 3, 2"
+        ).fetchall()
     finally:
         con.close()
 
@@ -63,34 +70,50 @@ def _lines(staging):
 def test_pagination_and_window_splitting_lose_and_duplicate_nothing(loki, staged, tmp_path):
     scope, staging = staged
     pf = default_pack().prefilter("syslog")
-    big = collect(LokiSource(url=loki.url, source="syslog", selector='{job="syslog", host=~"{hosts}"}'), scope, staging, pf)
+    big = coverage_of(
+        LokiSource(url=loki.url, source="syslog", selector='{job="syslog", host=~"{hosts}"}'), scope, staging, pf
+    )
     assert big.status == CoverageStatus.ok and set(big.nodes) == set(scope.nodes)
     want = _lines(staging)
     other = create_staging(scope)
     try:
-        small = collect(LokiSource(url=loki.url, source="syslog", selector='{job="syslog", host=~"{hosts}"}', limit=2,
-                                   max_window_s=900), scope, other, pf)
+        small = coverage_of(
+            LokiSource(
+                url=loki.url, source="syslog", selector='{job="syslog", host=~"{hosts}"}', limit=2, max_window_s=900
+            ),
+            scope,
+            other,
+            pf,
+        )
         assert small.observations == big.observations and _lines(other) == want
     finally:
         release_staging(other)
     n_requests = sum(1 for r in loki.requests if r["path"].endswith("query_range"))
     assert n_requests > 10
     # the rules' literal pre-filter travelled as a line filter: only candidate lines came back
-    assert all("NVRM" in l or "Link" in l for _, l, _ in want) and len(want) == 4
+    assert all("NVRM" in x or "Link" in x for _, x, _ in want) and len(want) == 4
 
 
 def test_lines_from_loki_drive_the_same_verdict(loki, staged):
-    from connectors.bundle import collect as bundle_collect
-    from tasks.steps import Scoped, SourceResult, attribute, store_observations
+    from workload_attribution.connectors.registry import Collected
+    from workload_attribution.tasks.steps import Scoped, attribute, store_observations
 
     scope, staging = staged
     pack = default_pack()
-    results = [SourceResult(collect(LokiSource(url=loki.url, source=s, selector=f'{{job="{s}", host=~"{{hosts}}"}}'),
-                                    scope, staging, pack.prefilter(s))) for s in ("app", "syslog")]
+    results = [
+        Collected(
+            coverage_of(
+                LokiSource(url=loki.url, source=s, selector=f'{{job="{s}", host=~"{{hosts}}"}}'),
+                scope,
+                staging,
+                pack.prefilter(s),
+            )
+        )
+        for s in ("app", "syslog")
+    ]
     for s in ("sacct", "metrics"):
-        got = bundle_collect(WORKED, scope, s, staging, pack.prefilter(s))
-        results.append(SourceResult(got.coverage))
-    scoped = Scoped(bundle=str(WORKED), scope=scope, staging=staging, sources=[])
+        results.append(Collected(collect_bundle(WORKED, scope, s, staging, pack.prefilter(s)).coverage))
+    scoped = Scoped(scope=scope, staging=staging)
     d = attribute(scoped, store_observations(scoped, results), pack)
     assert (d.terminal_state, d.sub_domain, d.affected_nodes) == ("hardware_failure", "nvlink", ["gb-r12-n04"])
     ev = {e.id: e for e in d.evidence}
@@ -106,37 +129,44 @@ def test_hostile_host_names_stay_inside_the_selector():
 
 def test_empty_result_is_empty_not_ok(loki, staged):
     scope, staging = staged
-    cov = collect(LokiSource(url=loki.url, source="app", selector='{job="nothing-here"}'), scope, staging, [])
+    cov = coverage_of(LokiSource(url=loki.url, source="app", selector='{job="nothing-here"}'), scope, staging, [])
     assert cov.status == CoverageStatus.empty and cov.details["hosts_without_streams"] == sorted(scope.nodes)
 
 
 def test_bad_selector_is_an_error_with_lokis_reason(loki, staged):
     scope, staging = staged
-    cov = collect(LokiSource(url=loki.url, source="app", selector='{job=~".*"}'), scope, staging, [])
+    cov = coverage_of(LokiSource(url=loki.url, source="app", selector='{job=~".*"}'), scope, staging, [])
     assert cov.status == CoverageStatus.error and "empty-compatible value" in cov.error
 
 
-@pytest.mark.parametrize("fault,status", [((429, {"Retry-After": "1"}, "too many"), "error"),
-                                          ((503, {}, "unavailable"), "error"),
-                                          ((502, {}, "bad gateway"), "error")])
+@pytest.mark.parametrize(
+    "fault,status",
+    [
+        ((429, {"Retry-After": "1"}, "too many"), "error"),
+        ((503, {}, "unavailable"), "error"),
+        ((502, {}, "bad gateway"), "error"),
+    ],
+)
 def test_throttling_and_5xx_are_retryable(loki, staged, fault, status):
     scope, staging = staged
     loki.faults.append(fault)
     with pytest.raises(TransientSourceError) as err:
-        collect(LokiSource(url=loki.url, source="app", selector='{job="app"}'), scope, staging, [])
+        coverage_of(LokiSource(url=loki.url, source="app", selector='{job="app"}'), scope, staging, [])
     assert err.value.status == status and str(fault[0]) in str(err.value)
 
 
 def test_garbage_body_and_partial_pages(loki, staged):
     scope, staging = staged
     loki.faults.append((200, {}, "<html>proxy error</html>"))
-    cov = collect(LokiSource(url=loki.url, source="app", selector='{job="app"}'), scope, staging, [])
+    cov = coverage_of(LokiSource(url=loki.url, source="app", selector='{job="app"}'), scope, staging, [])
     assert cov.status == CoverageStatus.error and "not a Loki streams answer" in cov.error
     # the first page arrives, the second is garbage: what arrived is kept, coverage says partial
     staging2 = create_staging(scope)
     try:
         loki.fault_on_call = {loki.query_calls + 2: (200, {}, "{broken")}
-        cov = collect(LokiSource(url=loki.url, source="syslog", selector='{job="syslog"}', limit=50), scope, staging2, [])
+        cov = coverage_of(
+            LokiSource(url=loki.url, source="syslog", selector='{job="syslog"}', limit=50), scope, staging2, []
+        )
         assert cov.status == CoverageStatus.partial and cov.observations == 50
     finally:
         release_staging(staging2)
@@ -148,12 +178,14 @@ def test_timeout_and_refused(staged):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(TransientSourceError) as err:
-        collect(LokiSource(url=f"http://127.0.0.1:{port}", source="app", selector='{job="app"}'), scope, staging, [])
+        coverage_of(
+            LokiSource(url=f"http://127.0.0.1:{port}", source="app", selector='{job="app"}'), scope, staging, []
+        )
     assert "ConnectError" in str(err.value)
     with socket.socket() as listener:  # accepts, never answers
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         with pytest.raises(TransientSourceError) as err:
-            collect(LokiSource(url=url, source="app", selector='{job="app"}', timeout_s=0.5), scope, staging, [])
+            coverage_of(LokiSource(url=url, source="app", selector='{job="app"}', timeout_s=0.5), scope, staging, [])
         assert err.value.status == "timeout"

@@ -6,16 +6,17 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from attribution.models import CoverageStatus
-from connectors import TransientSourceError
-from connectors.prometheus import PrometheusSource, collect, promql_regex_string, render_query
-from connectors.staging import connect, create_staging, release_staging
 from tests.conftest import WORKED
+from tests.helpers import collect_bundle, coverage_of
+from workload_attribution.connectors.prometheus import PrometheusSource, promql_regex_string, render_query
+from workload_attribution.contracts.errors import TransientSourceError
+from workload_attribution.contracts.models import CoverageStatus
+from workload_attribution.contracts.staging import connect, create_staging, release_staging
 
 
 def test_reads_backfilled_dcgm_series_back(prometheus, staged):
     scope, staging = staged
-    cov = collect(PrometheusSource(url=prometheus.url), scope, staging)
+    cov = coverage_of(PrometheusSource(url=prometheus.url), scope, staging)
     assert cov.status == CoverageStatus.ok, cov
     assert set(cov.nodes) == set(scope.nodes)
     assert cov.details["queries"]["dcgm_xid"]["series"] == len(scope.nodes) * 4
@@ -29,15 +30,28 @@ def test_reads_backfilled_dcgm_series_back(prometheus, staged):
 
 
 def test_reads_backfilled_infiniband_counters_back(prometheus):
-    from attribution.models import AttemptScope
+    from workload_attribution.contracts.models import AttemptScope
 
-    scope = AttemptScope(cluster="c", scheduler="slurm", job_id="5442826", attempt=2,
-                         nodes=["hgx-r05-n3", "hgx-r06-n0", "hgx-r06-n1", "hgx-r06-n2"],
-                         start="2026-01-02T06:53:47Z", end="2026-01-02T08:28:50Z", state="FAILED")
+    scope = AttemptScope(
+        cluster="c",
+        scheduler="slurm",
+        job_id="5442826",
+        attempt=2,
+        nodes=["hgx-r05-n3", "hgx-r06-n0", "hgx-r06-n1", "hgx-r06-n2"],
+        start="2026-01-02T06:53:47Z",
+        end="2026-01-02T08:28:50Z",
+        state="FAILED",
+    )
     staging = create_staging(scope)
     try:
-        cov = collect(PrometheusSource(url=prometheus.url, queries={
-            "ib_link_downed": 'node_infiniband_link_downed_total{instance=~"{hosts_with_port}"}'}), scope, staging)
+        cov = coverage_of(
+            PrometheusSource(
+                url=prometheus.url,
+                queries={"ib_link_downed": 'node_infiniband_link_downed_total{instance=~"{hosts_with_port}"}'},
+            ),
+            scope,
+            staging,
+        )
         assert cov.status == CoverageStatus.ok and cov.details["queries"]["ib_link_downed"]["series"] == 8
         con = connect(staging)
         rows = con.execute("""SELECT node, labels['device'], min(value), max(value) FROM samples
@@ -50,18 +64,17 @@ def test_reads_backfilled_infiniband_counters_back(prometheus):
 
 def test_metrics_from_prometheus_drive_the_same_verdict(prometheus, staged):
     """Syslog from the bundle, metrics from the live server: the DCGM transition corroborates the root."""
-    from connectors.bundle import collect as bundle_collect
-    from rules.pack import default_pack
-    from tasks.steps import Scoped, SourceResult, attribute, store_observations
+    from workload_attribution.connectors.registry import Collected
+    from workload_attribution.rules.pack import default_pack
+    from workload_attribution.tasks.steps import Scoped, attribute, store_observations
 
     scope, staging = staged
     pack = default_pack()
     results = []
     for source in ("app", "syslog", "sacct"):
-        got = bundle_collect(WORKED, scope, source, staging, pack.prefilter(source))
-        results.append(SourceResult(got.coverage, got.notes, {k: str(v) for k, v in got.files.items()}))
-    results.append(SourceResult(collect(PrometheusSource(url=prometheus.url), scope, staging)))
-    scoped = Scoped(bundle=str(WORKED), scope=scope, staging=staging, sources=[])
+        results.append(collect_bundle(WORKED, scope, source, staging, pack.prefilter(source)))
+    results.append(Collected(coverage_of(PrometheusSource(url=prometheus.url), scope, staging)))
+    scoped = Scoped(scope=scope, staging=staging)
     d = attribute(scoped, store_observations(scoped, results), pack)
     assert (d.terminal_state, d.sub_domain, d.affected_nodes) == ("hardware_failure", "nvlink", ["gb-r12-n04"])
     root = next(s for s in d.symptoms if s.role == "root")
@@ -83,7 +96,7 @@ def test_host_names_cannot_break_out_of_the_matcher(prometheus):
 def test_bad_query_is_recorded_and_other_queries_still_run(prometheus, staged):
     scope, staging = staged
     src = PrometheusSource(url=prometheus.url, queries={"broken": "up{", "up": 'up{instance=~"{hosts_with_port}"}'})
-    cov = collect(src, scope, staging)
+    cov = coverage_of(src, scope, staging)
     assert cov.status == CoverageStatus.partial
     assert "broken: HTTP 400" in cov.error and cov.details["queries"]["up"]["series"] == len(scope.nodes)
 
@@ -95,18 +108,22 @@ def _serve(handler_body):
 
         def log_message(self, *a):
             pass
+
     srv = HTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 
 
-@pytest.mark.parametrize("fault,expect", [
-    ("refused", ("transient", "error")),
-    ("timeout", ("transient", "timeout")),
-    ("500", ("transient", "error")),
-    ("429", ("transient", "error")),
-    ("garbage", ("coverage", CoverageStatus.error)),
-])
+@pytest.mark.parametrize(
+    "fault,expect",
+    [
+        ("refused", ("transient", "error")),
+        ("timeout", ("transient", "timeout")),
+        ("500", ("transient", "error")),
+        ("429", ("transient", "error")),
+        ("garbage", ("coverage", CoverageStatus.error)),
+    ],
+)
 def test_fault_cases(staged, fault, expect):
     """Fault injection needs a server that misbehaves on demand: a local HTTP stand-in, not Prometheus."""
     scope, staging = staged
@@ -116,9 +133,11 @@ def test_fault_cases(staged, fault, expect):
             url = f"http://127.0.0.1:{s.getsockname()[1]}"
         srv = None
     else:
+
         def body(h):
             if fault == "timeout":
                 import time
+
                 time.sleep(2)
             code = {"500": 500, "429": 429}.get(fault, 200)
             h.send_response(code)
@@ -126,16 +145,17 @@ def test_fault_cases(staged, fault, expect):
                 h.send_header("Retry-After", "1")
             h.end_headers()
             h.wfile.write(b"<html>not json" if fault == "garbage" else b'{"status":"error"}')
+
         srv = _serve(body)
         url = f"http://127.0.0.1:{srv.server_address[1]}"
     src = PrometheusSource(url=url, timeout_s=0.5, queries={"up": "up"})
     try:
         if expect[0] == "transient":
             with pytest.raises(TransientSourceError) as err:
-                collect(src, scope, staging)
+                coverage_of(src, scope, staging)
             assert err.value.status == expect[1]
         else:
-            cov = collect(src, scope, staging)
+            cov = coverage_of(src, scope, staging)
             assert cov.status == expect[1] and "not JSON" in cov.error
     finally:
         if srv:

@@ -8,14 +8,21 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from attribution.models import CoverageStatus
-from connectors import TransientSourceError
-from connectors.slurm import SlurmError, SlurmSource, collect, discover_failed, scope_job
-from connectors.staging import connect, create_staging, release_staging
+from tests.helpers import coverage_of
+from workload_attribution.connectors.slurm import NotASlurmJob, SlurmError, SlurmSource, discover_failed, scope_job
+from workload_attribution.contracts.errors import TransientSourceError
+from workload_attribution.contracts.models import CoverageStatus
+from workload_attribution.contracts.staging import connect, create_staging, release_staging
+
 
 def sbatch(env, *args) -> str:
-    out = subprocess.run(["sbatch", "--parsable", "-o", f"{env['SLURM_TEST_JOBDIR']}/%j.out", *args],
-                         capture_output=True, text=True, check=True, env={**os.environ, "SLURM_CONF": env["SLURM_CONF"]})
+    out = subprocess.run(
+        ["sbatch", "--parsable", "-o", f"{env['SLURM_TEST_JOBDIR']}/%j.out", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "SLURM_CONF": env["SLURM_CONF"]},
+    )
     return out.stdout.strip().split(";")[0]
 
 
@@ -23,8 +30,12 @@ def wait_for(env, job_id, states, timeout=150) -> str:
     deadline = time.monotonic() + timeout
     state = ""
     while time.monotonic() < deadline:
-        out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,NodeList,End"], capture_output=True,
-                             text=True, env={**os.environ, "SLURM_CONF": env["SLURM_CONF"]}).stdout.strip()
+        out = subprocess.run(
+            ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,NodeList,End"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "SLURM_CONF": env["SLURM_CONF"]},
+        ).stdout.strip()
         state = out.split("|")[0] if out else ""
         if any(state.startswith(s) for s in states) and "Unknown" not in out:
             time.sleep(3)  # the accounting record is eventually consistent (node list, end time)
@@ -36,8 +47,9 @@ def wait_for(env, job_id, states, timeout=150) -> str:
 @pytest.fixture(scope="module")
 def jobs(slurm):
     ids = {"timeout": sbatch(slurm, "--time=1", "--wrap", "sleep 300")}  # the 60-90 s one first
-    ids["multi_fail"] = sbatch(slurm, "-N2", "--no-requeue", "--wrap",
-                               'srun bash -c "if [ \\$SLURM_PROCID = 1 ]; then exit 7; fi; sleep 2"')
+    ids["multi_fail"] = sbatch(
+        slurm, "-N2", "--no-requeue", "--wrap", 'srun bash -c "if [ \\$SLURM_PROCID = 1 ]; then exit 7; fi; sleep 2"'
+    )
     ids["ok"] = sbatch(slurm, "--wrap", "true")
     ids["cancel"] = sbatch(slurm, "--wrap", "sleep 120")
     ids["node_fail"] = sbatch(slurm, "--no-requeue", "--wrap", "sleep 120")
@@ -45,18 +57,29 @@ def jobs(slurm):
     deadline = time.monotonic() + 90
     squeue = ""
     while time.monotonic() < deadline:  # only a RUNNING job fails with its node; a pending one just waits
-        squeue = subprocess.run(["squeue", "-h", "-j", f"{ids['cancel']},{ids['node_fail']}", "-o", "%i %T %R"], env=env,
-                                capture_output=True, text=True).stdout
+        squeue = subprocess.run(
+            ["squeue", "-h", "-j", f"{ids['cancel']},{ids['node_fail']}", "-o", "%i %T %R"],
+            env=env,
+            capture_output=True,
+            text=True,
+        ).stdout
         if squeue.count("RUNNING") == 2:
             break
         time.sleep(0.3)
-    assert squeue.count("RUNNING") == 2, f"jobs did not start: {squeue} / {subprocess.run(['sinfo', '-N'], env=env, capture_output=True, text=True).stdout}"
-    node = subprocess.run(["squeue", "-h", "-j", ids["node_fail"], "-o", "%N"], env=env, capture_output=True,
-                          text=True).stdout.strip()
+    assert squeue.count("RUNNING") == 2, (
+        f"jobs did not start: {squeue} / "
+        f"{subprocess.run(['sinfo', '-N'], env=env, capture_output=True, text=True).stdout}"
+    )
+    node = subprocess.run(
+        ["squeue", "-h", "-j", ids["node_fail"], "-o", "%N"], env=env, capture_output=True, text=True
+    ).stdout.strip()
     ids["node_fail_node"] = node
     subprocess.run(["scancel", ids["cancel"]], check=True, env=env)
-    subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=Xid 79 GPU fell off the bus"],
-                   check=True, env=env)
+    subprocess.run(
+        ["scontrol", "update", f"nodename={node}", "state=down", "reason=Xid 79 GPU fell off the bus"],
+        check=True,
+        env=env,
+    )
     wait_for(slurm, ids["node_fail"], ["NODE_FAIL"])
     subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=env)
     for name, state in (("multi_fail", ["FAILED"]), ("ok", ["COMPLETED"]), ("cancel", ["CANCELLED"])):
@@ -68,17 +91,23 @@ def jobs(slurm):
 def test_scopes_a_failed_multinode_job_with_its_true_exit_code(slurm, jobs, via):
     src = SlurmSource(rest_url=slurm["SLURMRESTD_URL"] if via == "rest" else None)
     scope = scope_job(src, "ci", jobs["multi_fail"])
-    from connectors.hostlist import expand_hostlist
+    from workload_attribution.contracts.hostlist import expand_hostlist
 
-    nodelist = subprocess.run(["sacct", "-n", "-P", "-X", "-j", jobs["multi_fail"], "-o", "NodeList"], capture_output=True,
-                              text=True, env={**os.environ, "SLURM_CONF": slurm["SLURM_CONF"]}).stdout.strip()
+    nodelist = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-j", jobs["multi_fail"], "-o", "NodeList"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SLURM_CONF": slurm["SLURM_CONF"]},
+    ).stdout.strip()
     assert len(scope.nodes) == 2 and scope.nodes == expand_hostlist(nodelist) and scope.state == "FAILED"
     assert scope.exit_code == "7:0"  # 22.05's sacct --json says SUCCESS here; the raw status says 7
     assert scope.end >= scope.start
 
 
-@pytest.mark.parametrize("name,state,exit_code", [("ok", "COMPLETED", "0:0"), ("cancel", "CANCELLED", None),
-                                                  ("node_fail", "NODE_FAIL", None)])
+@pytest.mark.parametrize(
+    "name,state,exit_code",
+    [("ok", "COMPLETED", "0:0"), ("cancel", "CANCELLED", None), ("node_fail", "NODE_FAIL", None)],
+)
 def test_terminal_states(slurm, jobs, name, state, exit_code):
     scope = scope_job(SlurmSource(rest_url=slurm["SLURMRESTD_URL"]), "ci", jobs[name])
     assert scope.state.startswith(state)
@@ -89,14 +118,14 @@ def test_terminal_states(slurm, jobs, name, state, exit_code):
 
 
 def test_collect_feeds_the_rules(slurm, jobs):
-    from rules.engine import Settings, prepare, run_phases
-    from rules.pack import default_pack
+    from workload_attribution.rules.engine import Settings, prepare, run_phases
+    from workload_attribution.rules.pack import default_pack
 
     src = SlurmSource(rest_url=slurm["SLURMRESTD_URL"])
     scope = scope_job(src, "ci", jobs["node_fail"])
     staging = create_staging(scope)
     try:
-        cov = collect(src, scope, staging)
+        cov = coverage_of(src, scope, staging)
         assert cov.status == CoverageStatus.ok and cov.details["via"] == "slurmrestd"
         con = connect(staging)
         pack = default_pack()
@@ -111,7 +140,10 @@ def test_collect_feeds_the_rules(slurm, jobs):
 
 def test_discovers_failed_attempts_in_a_window(slurm, jobs):
     now = datetime.now(timezone.utc)
-    found = {j["job_id"]: j["state"] for j in discover_failed(SlurmSource(), now - timedelta(hours=1), now + timedelta(minutes=1))}
+    found = {
+        j["job_id"]: j["state"]
+        for j in discover_failed(SlurmSource(), now - timedelta(hours=1), now + timedelta(minutes=1))
+    }
     assert found[jobs["multi_fail"]] == "FAILED" and found[jobs["node_fail"]] == "NODE_FAIL"
     assert jobs["ok"] not in found
 
@@ -127,7 +159,7 @@ def test_faults(slurm, jobs, monkeypatch):
         scope_job(SlurmSource(rest_url=slurm["SLURMRESTD_URL"]), "ci", jobs["ok"])
     with pytest.raises(TransientSourceError):
         scope_job(SlurmSource(rest_url="http://127.0.0.1:9", timeout_s=1), "ci", jobs["ok"])
-    with pytest.raises(SlurmError, match="not a Slurm job id"):
+    with pytest.raises(NotASlurmJob, match="not a Slurm job id"):
         scope_job(SlurmSource(), "ci", "1; rm -rf /")
     with pytest.raises(SlurmError, match="not installed"):
         scope_job(SlurmSource(sacct="/nonexistent/sacct"), "ci", jobs["ok"])

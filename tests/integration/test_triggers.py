@@ -26,10 +26,10 @@ import httpx
 import pytest
 import yaml
 
-from attribution.service import sign
 from tests.conftest import EXAMPLES, WORKED
 from tests.services.kube_standin import KubeStandIn
 from tests.services.prefect_stack import SECRET, TOKEN, PrefectStack
+from workload_attribution.service.auth import sign
 
 OOM = EXAMPLES / "host_oom_kueue-1-0"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -52,15 +52,23 @@ def stack(tmp_path_factory, kube, request):
     except pytest.skip.Exception:
         slurm = None
     files = lambda bundle, src: {"connector": "files", "path": str(bundle / "logs" / src / "{host}.log")}  # noqa: E731
-    cfg = {"warehouse": str(base / "warehouse.duckdb"),
-           "service": {"answer_within_s": 15},   # CI machines are slow: answers here carry the flow run id
-           "clusters": {
-               "lab": {"scheduler": "static", "timezone": "Europe/Berlin",
-                       "sources": {s: files(WORKED, s) for s in ("app", "syslog", "fabricmanager")}},
-               "k8s": {"scheduler": "kueue", "kueue": {"url": kube.url, "namespace": "team-a", "token_env": None},
-                       "sources": {s: files(OOM, s) for s in ("app", "syslog")}},
-               "ci": {"scheduler": "slurm", "slurm": {}},
-           }}
+    cfg = {
+        "warehouse": str(base / "warehouse.duckdb"),
+        "service": {"answer_within_s": 15},  # CI machines are slow: answers here carry the flow run id
+        "clusters": {
+            "lab": {
+                "scheduler": "static",
+                "timezone": "Europe/Berlin",
+                "sources": {s: files(WORKED, s) for s in ("app", "syslog", "fabricmanager")},
+            },
+            "k8s": {
+                "scheduler": "kueue",
+                "kueue": {"url": kube.url, "namespace": "team-a", "token_env": None},
+                "sources": {s: files(OOM, s) for s in ("app", "syslog")},
+            },
+            "ci": {"scheduler": "slurm", "slurm": {}},
+        },
+    }
     (base / "attribution.yaml").write_text(yaml.safe_dump(cfg))
     extra = {"SLURM_CONF": slurm["SLURM_CONF"]} if slurm else {}
     s = PrefectStack(base, base / "attribution.yaml", extra)
@@ -86,19 +94,30 @@ def wait_diagnosis(stack: PrefectStack, timeout: float = 180, **filters) -> dict
 
 def test_explicit_attempt_is_diagnosed_by_the_worker(stack):
     started = time.monotonic()
-    body = {"cluster": "lab", "nodes": [f"gb-r12-n0{i}" for i in range(1, 7)],
-            "start": "2026-11-20T10:00:00Z", "end": "2026-11-20T12:13:07Z"}
+    body = {
+        "cluster": "lab",
+        "nodes": [f"gb-r12-n0{i}" for i in range(1, 7)],
+        "start": "2026-11-20T10:00:00Z",
+        "end": "2026-11-20T12:13:07Z",
+    }
     r = httpx.post(f"{stack.url}/v1/attempts", json=body, headers=AUTH, timeout=30)
     assert r.status_code == 202, r.text
     accepted = r.json()
     assert accepted["status"] == "accepted" and accepted["flow_run_id"] and not accepted["duplicate"]
     item = wait_diagnosis(stack, cluster="lab")
     latency = time.monotonic() - started
-    assert (item["terminal_state"], item["sub_domain"], item["affected_nodes"]) == ("hardware_failure", "nvlink", ["gb-r12-n04"])
+    assert (item["terminal_state"], item["sub_domain"], item["affected_nodes"]) == (
+        "hardware_failure",
+        "nvlink",
+        ["gb-r12-n04"],
+    )
     doc = httpx.get(f"{stack.url}/v1/diagnoses/{item['diagnosis_id']}", headers=AUTH, timeout=15).json()
     assert doc["root_cause"]["node"] == "gb-r12-n04" and doc["attempt"]["scheduler"] == "static"
-    assert {c["source"]: c["connector"] for c in doc["coverage"]} == {"app": "files", "syslog": "files",
-                                                                      "fabricmanager": "files"}
+    assert {c["source"]: c["connector"] for c in doc["coverage"]} == {
+        "app": "files",
+        "syslog": "files",
+        "fabricmanager": "files",
+    }
     # filters narrow; a host that is not in it finds nothing
     assert httpx.get(f"{stack.url}/v1/diagnoses", params={"node": "gb-r12-n04"}, headers=AUTH).json()["items"]
     assert not httpx.get(f"{stack.url}/v1/diagnoses", params={"node": "gb-r12-n01"}, headers=AUTH).json()["items"]
@@ -111,14 +130,28 @@ def test_duplicate_webhooks_start_one_run(stack):
     from prefect.deployments import run_deployment
 
     wl = json.loads((OOM / "scheduler" / "workload.json").read_text())
-    body = json.dumps({"cluster": "k8s", "namespace": "team-a", "name": wl["metadata"]["name"], "attempt": 1,
-                       "conditions": wl["status"]["conditions"]}).encode()
+    body = json.dumps(
+        {
+            "cluster": "k8s",
+            "namespace": "team-a",
+            "name": wl["metadata"]["name"],
+            "attempt": 1,
+            "conditions": wl["status"]["conditions"],
+        }
+    ).encode()
 
     async def storm():
         async with httpx.AsyncClient(timeout=60) as c:
-            return await asyncio.gather(*[
-                c.post(f"{stack.url}/v1/webhooks/kubernetes", content=body,
-                       headers={**sign(SECRET, body), "Content-Type": "application/json"}) for _ in range(10)])
+            return await asyncio.gather(
+                *[
+                    c.post(
+                        f"{stack.url}/v1/webhooks/kubernetes",
+                        content=body,
+                        headers={**sign(SECRET, body), "Content-Type": "application/json"},
+                    )
+                    for _ in range(10)
+                ]
+            )
 
     answers = asyncio.run(storm())
     assert [a.status_code for a in answers] == [202] * 10, [a.text for a in answers]
@@ -130,13 +163,20 @@ def test_duplicate_webhooks_start_one_run(stack):
 
     # a second service replica (no shared memory) asking Prefect with the same key gets the same run
     with stack.client_settings():
-        again = run_deployment("attribute-attempt/attempt", parameters={"cluster": "k8s"}, timeout=0,
-                               idempotency_key=key, as_subflow=False)
+        again = run_deployment(
+            "attribute-attempt/attempt",
+            parameters={"target": {"cluster": "k8s", "job_id": f"team-a/{wl['metadata']['name']}"}},
+            timeout=0,
+            idempotency_key=key,
+            as_subflow=False,
+        )
 
         async def runs_with_key():
             async with get_client() as client:
                 dep = await client.read_deployment_by_name("attribute-attempt/attempt")
-                runs = await client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id])))
+                runs = await client.read_flow_runs(
+                    deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id]))
+                )
                 return [r for r in runs if r.idempotency_key == key]
 
         item = wait_diagnosis(stack, cluster="k8s")
@@ -145,7 +185,7 @@ def test_duplicate_webhooks_start_one_run(stack):
     assert len(runs) == 1 and runs[0].state.is_completed()
     assert (item["terminal_state"], item["sub_domain"]) == ("application_failure", "host_oom")
     rows = httpx.get(f"{stack.url}/v1/diagnoses", params={"cluster": "k8s"}, headers=AUTH).json()["items"]
-    assert len(rows) == 1 and rows[0]["job_id"] == wl["metadata"]["name"]
+    assert len(rows) == 1 and rows[0]["job_id"] == f"team-a/{wl['metadata']['name']}"  # the key's job id
     metrics = httpx.get(f"{stack.url}/metrics").text
     assert 'attribution_triggers_total{outcome="duplicate",source="kubernetes"} 9.0' in metrics
     assert 'attribution_flow_runs_started_total{source="kubernetes"} 1.0' in metrics
@@ -154,10 +194,26 @@ def test_duplicate_webhooks_start_one_run(stack):
 def test_kubernetes_forwarder_posts_ended_workloads(stack, kube):
     """The shipped forwarder (deployments/kubernetes/forwarder.py, --once: list and catch up) against
     the API stand-in: the failed Workload reaches the service, signed, with its conditions."""
-    r = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "deployments/kubernetes/forwarder.py"),
-                        "--once", "--since-minutes", "10000000"], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "KUBE_URL": kube.url, "NAMESPACE": "team-a", "ATTRIBUTION_CLUSTER": "k8s",
-                            "ATTRIBUTION_URL": f"{stack.url}/v1/webhooks/kubernetes", "ATTRIBUTION_SECRET": SECRET})
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parents[2] / "deployments/kubernetes/forwarder.py"),
+            "--once",
+            "--since-minutes",
+            "10000000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "KUBE_URL": kube.url,
+            "NAMESPACE": "team-a",
+            "ATTRIBUTION_CLUSTER": "k8s",
+            "ATTRIBUTION_URL": f"{stack.url}/v1/webhooks/kubernetes",
+            "ATTRIBUTION_SECRET": SECRET,
+        },
+    )
     assert r.returncode == 0, r.stderr
     posted = [json.loads(line) for line in r.stdout.splitlines()]
     assert len(posted) == 1
@@ -176,15 +232,22 @@ def test_failed_slurm_job_fires_the_hook_and_is_diagnosed(stack):
     hook_dir = Path(stack.slurm["SLURM_HOOK_DIR"])
     secret, conf = hook_dir / "webhook.secret", hook_dir / "attribution-hook.conf"
     secret.write_text(SECRET + "\n")
-    conf.write_text(f"url = {stack.url}/v1/webhooks/slurm\nsecret_file = {secret}\n"
-                    f"slurm_conf = {stack.slurm['SLURM_CONF']}\nspool_dir = {hook_dir / 'spool'}\n")
+    conf.write_text(
+        f"url = {stack.url}/v1/webhooks/slurm\nsecret_file = {secret}\n"
+        f"slurm_conf = {stack.slurm['SLURM_CONF']}\nspool_dir = {hook_dir / 'spool'}\n"
+    )
     for f in (secret, conf):
         shutil.chown(f, "slurm")
         os.chmod(f, 0o600)
     try:
         started = time.monotonic()
-        job = sbatch(stack.slurm, "-N2", "--no-requeue", "--wrap",
-                     "srun bash -c 'if [ $SLURM_PROCID = 1 ]; then exit 9; fi; sleep 2'")
+        job = sbatch(
+            stack.slurm,
+            "-N2",
+            "--no-requeue",
+            "--wrap",
+            "srun bash -c 'if [ $SLURM_PROCID = 1 ]; then exit 9; fi; sleep 2'",
+        )
         item = wait_diagnosis(stack, cluster="ci", timeout=240)
         latency = time.monotonic() - started
     finally:
@@ -204,12 +267,16 @@ def test_nightly_backfill_deployment_mixes_done_stale_and_new(stack, tmp_path):
     """The nightly deployment on the worker, over a bundle tree: attempts already diagnosed by the
     current rules are skipped, those of an older rules version redone, the new ones diagnosed."""
     import duckdb
-
     from prefect.deployments import run_deployment
 
     tree = tmp_path / "bundles"
-    picks = ["xid79_offbus_cascade-1-0", "ib_link_down_one_host-1-0", "watchdog_no_syslog-1-0",
-             "cuda_oom_one_rank-1-0", "slurm_time_limit-1-0"]
+    picks = [
+        "xid79_offbus_cascade-1-0",
+        "ib_link_down_one_host-1-0",
+        "watchdog_no_syslog-1-0",
+        "cuda_oom_one_rank-1-0",
+        "slurm_time_limit-1-0",
+    ]
     for p in picks:
         shutil.copytree(EXAMPLES / p, tree / p)
     wh = stack.base / "backfill.duckdb"
@@ -217,20 +284,41 @@ def test_nightly_backfill_deployment_mixes_done_stale_and_new(stack, tmp_path):
     first = tmp_path / "first"
     for p in picks[:2]:
         shutil.copytree(EXAMPLES / p, first / p)
-    r = subprocess.run([sys.executable, "-m", "attribution.cli", "backfill", "--inline", "--bundles", str(first), "--since", "3650d",
-                        "--warehouse", str(wh), "--json"], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "ATTRIBUTION_CONFIG": str(stack.config)})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workload_attribution",
+            "backfill",
+            "--inline",
+            "--bundles",
+            str(first),
+            "--since",
+            "3650d",
+            "--warehouse",
+            str(wh),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ATTRIBUTION_CONFIG": str(stack.config)},
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["diagnosed"] == 2
-    with duckdb.connect(str(wh)) as con:   # the second one was diagnosed by an older rules pack
+    with duckdb.connect(str(wh)) as con:  # the second one was diagnosed by an older rules pack
         job = con.execute("SELECT job_id FROM diagnoses ORDER BY job_id").fetchall()
         stale_job = job[1][0]
         con.execute("UPDATE diagnoses SET rules_version = '2026.01.1+oldrules' WHERE job_id = ?", [stale_job])
 
     with stack.client_settings():
-        run = run_deployment("backfill/nightly", parameters={"bundles_dir": str(tree), "since": "3650d",
-                                                             "warehouse": str(wh)}, timeout=240, poll_interval=1,
-                             as_subflow=False)
+        run = run_deployment(
+            "backfill/nightly",
+            parameters={"bundles_dir": str(tree), "since": "3650d", "warehouse": str(wh)},
+            timeout=240,
+            poll_interval=1,
+            as_subflow=False,
+        )
     assert run.state.is_completed(), stack.log("worker")[-3000:]
     with duckdb.connect(str(wh), read_only=True) as con:
         versions = dict(con.execute("SELECT job_id, rules_version FROM diagnoses").fetchall())
@@ -248,8 +336,13 @@ def test_webhook_storm_each_valid_attempt_diagnosed_once(stack, kube):
     asyncio.run(fire(stack.url, SECRET, storm, concurrency=20))
     deadline = time.monotonic() + 300
     while True:
-        items = [i for i in httpx.get(f"{stack.url}/v1/diagnoses", params={"cluster": "k8s", "limit": 1000},
-                                      headers=AUTH, timeout=30).json()["items"] if i["job_id"].startswith("burst-")]
+        items = [
+            i
+            for i in httpx.get(
+                f"{stack.url}/v1/diagnoses", params={"cluster": "k8s", "limit": 1000}, headers=AUTH, timeout=30
+            ).json()["items"]
+            if i["job_id"].startswith("team-a/burst-")
+        ]
         if len(items) >= len(storm.unique) or time.monotonic() > deadline:
             break
         time.sleep(1)

@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import json
 import threading
-import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 
 class FaultServer:
-    def __init__(self, fault: str = "wrong_shape", answer: Callable[[str, dict], tuple[int, Any]] | None = None,
-                 retry_after: str | None = None, drip_s: float = 0.3):
+    def __init__(
+        self,
+        fault: str = "wrong_shape",
+        answer: Callable[[str, dict], tuple[int, Any]] | None = None,
+        retry_after: str | None = None,
+        drip_s: float = 0.3,
+    ):
         self.fault, self.answer, self.retry_after, self.drip_s = fault, answer, retry_after, drip_s
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
         self._closing = threading.Event()
@@ -60,7 +65,7 @@ class FaultServer:
                 if self._closing.wait(self.drip_s):
                     return
                 try:
-                    h.wfile.write(body[i:i + 1])
+                    h.wfile.write(body[i : i + 1])
                     h.wfile.flush()
                 except OSError:
                     return
@@ -69,7 +74,9 @@ class FaultServer:
             extra = {"Retry-After": self.retry_after} if self.retry_after else {}
             return self._send(h, int(fault[5:]), b'{"error": "injected"}', extra)
         if fault == "truncated":
-            return self._send(h, 200, b'{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {"__na')
+            return self._send(
+                h, 200, b'{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {"__na'
+            )
         if fault == "not_json":
             return self._send(h, 200, b"<html><body>502 Bad Gateway (proxy)</body></html>")
         if fault == "wrong_shape":
@@ -87,7 +94,7 @@ class FaultServer:
         h.end_headers()
         h.wfile.write(body)
 
-    def start(self) -> "FaultServer":
+    def start(self) -> FaultServer:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 

@@ -2,7 +2,8 @@
 
 No kube-apiserver runs on these machines (no package provides one; kind/k3s need Docker or
 downloads), so this serves recorded objects the way the API does: GET .../workloads/{name} and
-the paged workload list (kueue.x-k8s.io/v1beta1; `limit` + `continue`), pod lists with equality label selectors, event lists with
+the paged workload list (kueue.x-k8s.io/v1beta1; `limit` + `continue`), pod lists with equality label
+selectors, event lists with
 involvedObject field selectors, GET /api/v1/nodes/{name}; `*List` kinds with metadata, 404/401 as
 `Status` objects; bearer-token authentication when a token is set. `fail_next` injects faults.
 """
@@ -16,8 +17,17 @@ from urllib.parse import parse_qs, urlparse
 
 
 def _status(code: int, reason: str, message: str) -> str:
-    return json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                       "message": message, "reason": reason, "code": code})
+    return json.dumps(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code,
+        }
+    )
 
 
 def _selector(expr: str) -> dict[str, str]:
@@ -62,27 +72,63 @@ class KubeStandIn:
                     first = int(q.get("continue") or 0)
                     limit = int(q.get("limit") or len(names) or 1)
                     rest = first + limit < len(names)
-                    return self._send(200, json.dumps({
-                        "kind": "WorkloadList", "apiVersion": "kueue.x-k8s.io/v1beta1",
-                        "metadata": {"resourceVersion": "1", **({"continue": str(first + limit)} if rest else {})},
-                        "items": [outer.workloads[n] for n in names[first:first + limit]]}))
+                    return self._send(
+                        200,
+                        json.dumps(
+                            {
+                                "kind": "WorkloadList",
+                                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                                "metadata": {
+                                    "resourceVersion": "1",
+                                    **({"continue": str(first + limit)} if rest else {}),
+                                },
+                                "items": [outer.workloads[n] for n in names[first : first + limit]],
+                            }
+                        ),
+                    )
                 if u.path.startswith(f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/workloads/"):
                     wl = outer.workloads.get(parts[-1])
                     if wl is None:
-                        return self._send(404, _status(404, "NotFound", f'workloads.kueue.x-k8s.io "{parts[-1]}" not found'))
+                        return self._send(
+                            404, _status(404, "NotFound", f'workloads.kueue.x-k8s.io "{parts[-1]}" not found')
+                        )
                     return self._send(200, json.dumps(wl))
                 if u.path == f"/api/v1/namespaces/{ns}/pods":
                     want = _selector(q.get("labelSelector", ""))
-                    items = [p for p in outer.pods
-                             if all(((p.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in want.items())]
-                    return self._send(200, json.dumps({"kind": "PodList", "apiVersion": "v1",
-                                                       "metadata": {"resourceVersion": "1"}, "items": items}))
+                    items = [
+                        p
+                        for p in outer.pods
+                        if all(((p.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in want.items())
+                    ]
+                    return self._send(
+                        200,
+                        json.dumps(
+                            {
+                                "kind": "PodList",
+                                "apiVersion": "v1",
+                                "metadata": {"resourceVersion": "1"},
+                                "items": items,
+                            }
+                        ),
+                    )
                 if u.path == f"/api/v1/namespaces/{ns}/events":
                     want = {k.split(".", 1)[1]: v for k, v in _selector(q.get("fieldSelector", "")).items()}
-                    items = [e for e in outer.events
-                             if all((e.get("involvedObject") or {}).get(k) == v for k, v in want.items())]
-                    return self._send(200, json.dumps({"kind": "EventList", "apiVersion": "v1",
-                                                       "metadata": {"resourceVersion": "1"}, "items": items}))
+                    items = [
+                        e
+                        for e in outer.events
+                        if all((e.get("involvedObject") or {}).get(k) == v for k, v in want.items())
+                    ]
+                    return self._send(
+                        200,
+                        json.dumps(
+                            {
+                                "kind": "EventList",
+                                "apiVersion": "v1",
+                                "metadata": {"resourceVersion": "1"},
+                                "items": items,
+                            }
+                        ),
+                    )
                 if u.path.startswith("/api/v1/nodes/"):
                     node = outer.nodes.get(parts[-1])
                     if node is None:
@@ -123,7 +169,7 @@ class KubeStandIn:
             self.events.append(f)
         return wl
 
-    def start(self) -> "KubeStandIn":
+    def start(self) -> KubeStandIn:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 

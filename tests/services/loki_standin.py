@@ -49,19 +49,22 @@ def parse_query(q: str):
             raise ParseError(f"parse error at line 1, col {pos + 1}: syntax error: unexpected input")
         matchers.append((m.group(1), m.group(2), _unquote(m.group(3))))
         pos = m.end()
-    rest = q[pos + 1:]
+    rest = q[pos + 1 :]
+
     def non_empty(op: str, v: str) -> bool:
         return (op == "=" and v != "") or (op == "=~" and re.fullmatch(v, "") is None)
 
     if not any(non_empty(op, v) for _, op, v in matchers):
-        raise ParseError("parse error : queries require at least one regexp or equality matcher that does not have an "
-                         "empty-compatible value. For instance, app=~\".*\" does not meet this requirement, but app=~\".+\" will")
+        raise ParseError(
+            "parse error : queries require at least one regexp or equality matcher that does not have an "
+            'empty-compatible value. For instance, app=~".*" does not meet this requirement, but app=~".+" will'
+        )
     filters, pos = [], 0
     while pos < len(rest.strip()):
         r = rest.strip()
         m = FILTER.match(r, pos)
         if not m:
-            raise ParseError(f"parse error : unsupported pipeline stage near {r[pos:pos + 20]!r}")
+            raise ParseError(f"parse error : unsupported pipeline stage near {r[pos : pos + 20]!r}")
         filters.append((m.group(1), _unquote(m.group(2)) if m.group(2) is not None else m.group(3)))
         pos = m.end()
     return matchers, filters
@@ -70,7 +73,12 @@ def parse_query(q: str):
 def _labels_match(labels: dict, matchers) -> bool:
     for k, op, v in matchers:
         got = labels.get(k, "")
-        ok = {"=": got == v, "!=": got != v, "=~": re.fullmatch(v, got) is not None, "!~": re.fullmatch(v, got) is None}[op]
+        ok = {
+            "=": got == v,
+            "!=": got != v,
+            "=~": re.fullmatch(v, got) is not None,
+            "!~": re.fullmatch(v, got) is None,
+        }[op]
         if not ok:
             return False
     return True
@@ -78,7 +86,12 @@ def _labels_match(labels: dict, matchers) -> bool:
 
 def _line_match(line: str, filters) -> bool:
     for op, v in filters:
-        ok = {"|=": v in line, "!=": v not in line, "|~": re.search(v, line) is not None, "!~": re.search(v, line) is None}[op]
+        ok = {
+            "|=": v in line,
+            "!=": v not in line,
+            "|~": re.search(v, line) is not None,
+            "!~": re.search(v, line) is None,
+        }[op]
         if not ok:
             return False
     return True
@@ -98,7 +111,7 @@ class LokiStandIn:
     def __init__(self):
         self.streams: dict[tuple, list[tuple[int, str]]] = {}
         self.faults: list[tuple[int, dict, str]] = []
-        self.fault_on_call: dict[int, tuple[int, dict, str]] = {}   # n-th query_range call (1-based) -> fault
+        self.fault_on_call: dict[int, tuple[int, dict, str]] = {}  # n-th query_range call (1-based) -> fault
         self.query_calls = 0
         self.requests: list[dict] = []
         self.lock = threading.Lock()
@@ -126,7 +139,9 @@ class LokiStandIn:
                     fault = None
                     if u.path == "/loki/api/v1/query_range":
                         outer.query_calls += 1
-                        fault = outer.faults.pop(0) if outer.faults else outer.fault_on_call.pop(outer.query_calls, None)
+                        fault = (
+                            outer.faults.pop(0) if outer.faults else outer.fault_on_call.pop(outer.query_calls, None)
+                        )
                 if fault:
                     return self._send(fault[0], fault[2], "text/plain", fault[1])
                 if u.path == "/ready":
@@ -139,8 +154,11 @@ class LokiStandIn:
                     end = _ts(params.get("end"), 2**62)
                     start = _ts(params.get("start"), end - 3600 * 10**9)
                     with outer.lock:
-                        found = [dict(k) for k, vals in outer.streams.items()
-                                 if _labels_match(dict(k), matchers) and any(start <= ts < end for ts, _ in vals)]
+                        found = [
+                            dict(k)
+                            for k, vals in outer.streams.items()
+                            if _labels_match(dict(k), matchers) and any(start <= ts < end for ts, _ in vals)
+                        ]
                     return self._send(200, json.dumps({"status": "success", "data": found}))
                 if u.path != "/loki/api/v1/query_range":
                     return self._send(404, "404 page not found", "text/plain")
@@ -157,16 +175,30 @@ class LokiStandIn:
                     for key, values in outer.streams.items():
                         labels = dict(key)
                         if _labels_match(labels, matchers):
-                            hits += [(ts, key, line) for ts, line in values if start <= ts < end and _line_match(line, filters)]
+                            hits += [
+                                (ts, key, line)
+                                for ts, line in values
+                                if start <= ts < end and _line_match(line, filters)
+                            ]
                 hits.sort(key=lambda h: h[0], reverse=backward)
                 hits = hits[:limit]
                 grouped: dict[tuple, list] = {}
                 for ts, key, line in hits:
                     grouped.setdefault(key, []).append([str(ts), line])
                 result = [{"stream": dict(k), "values": v} for k, v in grouped.items()]
-                self._send(200, json.dumps({"status": "success", "data": {
-                    "resultType": "streams", "result": result,
-                    "stats": {"summary": {"totalEntriesReturned": len(hits)}}}}))
+                self._send(
+                    200,
+                    json.dumps(
+                        {
+                            "status": "success",
+                            "data": {
+                                "resultType": "streams",
+                                "result": result,
+                                "stats": {"summary": {"totalEntriesReturned": len(hits)}},
+                            },
+                        }
+                    ),
+                )
 
             def do_POST(self):
                 if urlparse(self.path).path != "/loki/api/v1/push":
@@ -181,7 +213,7 @@ class LokiStandIn:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def start(self) -> "LokiStandIn":
+    def start(self) -> LokiStandIn:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 

@@ -34,25 +34,64 @@ class Postgres:
         cmd = list(args) if os.geteuid() != 0 else ["runuser", "-u", "postgres", "--", *args]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kw)
 
-    def start(self) -> "Postgres":
+    def start(self) -> Postgres:
         self.base.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             shutil.chown(self.base, "postgres", "postgres")
         data = self.base / "data"
-        r = self._as_postgres(_bin("initdb"), "-D", str(data), "-A", "scram-sha-256", "--username=postgres",
-                              f"--pwfile={self._pwfile()}", "-E", "UTF8")
+        r = self._as_postgres(
+            _bin("initdb"),
+            "-D",
+            str(data),
+            "-A",
+            "scram-sha-256",
+            "--username=postgres",
+            f"--pwfile={self._pwfile()}",
+            "-E",
+            "UTF8",
+        )
         if r.returncode != 0:
             raise RuntimeError(f"initdb failed: {r.stderr[-1500:]}")
-        r = self._as_postgres(_bin("pg_ctl"), "-D", str(data), "-l", str(self.base / "server.log"), "-w", "-t", "60",
-                              "-o", f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c max_connections=200",
-                              "start")
+        r = self._as_postgres(
+            _bin("pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(self.base / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c max_connections=200",
+            "start",
+        )
         if r.returncode != 0:
-            raise RuntimeError(f"pg_ctl start failed: {r.stderr[-1500:]} {(self.base / 'server.log').read_text()[-1500:]}")
+            raise RuntimeError(
+                f"pg_ctl start failed: {r.stderr[-1500:]} {(self.base / 'server.log').read_text()[-1500:]}"
+            )
         env = {**os.environ, "PGPASSWORD": "postgres-admin"}
         sql = f"CREATE USER {self.user} PASSWORD '{self.password}'; CREATE DATABASE {self.db} OWNER {self.user};"
-        r = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-v", "ON_ERROR_STOP=1",
-                            "-c", sql.split(";")[0], "-c", sql.split(";")[1]], capture_output=True, text=True, env=env,
-                           timeout=60)
+        r = subprocess.run(
+            [
+                "psql",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                sql.split(";")[0],
+                "-c",
+                sql.split(";")[1],
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         if r.returncode != 0:
             raise RuntimeError(f"psql failed: {r.stderr}")
         return self

@@ -51,38 +51,62 @@ def _stop(proc: subprocess.Popen | None) -> None:
 
 
 class PrefectStack:
-    def __init__(self, base: Path, config: Path, extra_env: dict[str, str] | None = None,
-                 worker_args: list[str] | None = None):
+    def __init__(
+        self, base: Path, config: Path, extra_env: dict[str, str] | None = None, worker_args: list[str] | None = None
+    ):
         self.base, self.config = base, config
         self.worker_args = worker_args or ["--limit", "4"]
         self.server_port, self.api_port = free_port(), free_port()
         self.prefect_url = f"http://127.0.0.1:{self.server_port}/api"
         self.url = f"http://127.0.0.1:{self.api_port}"
-        self.env = {**os.environ, **(extra_env or {}),
-                    "PREFECT_HOME": str(base / "prefect-home"), "PREFECT_API_URL": self.prefect_url,
-                    "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1",
-                    "PREFECT_WORKER_PREFETCH_SECONDS": "5", "PREFECT_LOGGING_LEVEL": "INFO",
-                    "ATTRIBUTION_CONFIG": str(config), "ATTRIBUTION_API_TOKEN": TOKEN,
-                    "ATTRIBUTION_WEBHOOK_SECRET": SECRET}
+        self.env = {
+            **os.environ,
+            **(extra_env or {}),
+            "PREFECT_HOME": str(base / "prefect-home"),
+            "PREFECT_API_URL": self.prefect_url,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+            "PREFECT_WORKER_PREFETCH_SECONDS": "5",
+            "PREFECT_LOGGING_LEVEL": "INFO",
+            "ATTRIBUTION_CONFIG": str(config),
+            "ATTRIBUTION_API_TOKEN": TOKEN,
+            "ATTRIBUTION_WEBHOOK_SECRET": SECRET,
+            "XDG_STATE_HOME": str(base / "state"),
+        }
         self.procs: dict[str, subprocess.Popen] = {}
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
         log = self.base / f"{name}.log"
-        p = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-                             start_new_session=True)
+        p = subprocess.Popen(
+            args, cwd=ROOT, env=self.env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.procs[name] = p
         return p
 
     def log(self, name: str) -> str:
         return (self.base / f"{name}.log").read_text(errors="replace")
 
-    def start(self) -> "PrefectStack":
-        attribution = [sys.executable, "-m", "attribution.cli"]
-        server = self._spawn("server", [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                                        "--port", str(self.server_port), "--no-ui"])
+    def start(self) -> PrefectStack:
+        attribution = [sys.executable, "-m", "workload_attribution"]
+        server = self._spawn(
+            "server",
+            [
+                sys.executable,
+                "-m",
+                "prefect",
+                "server",
+                "start",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.server_port),
+                "--no-ui",
+            ],
+        )
         _wait(f"{self.prefect_url}/health", "prefect server", server, self.base / "server.log", 120)
-        deploy = subprocess.run([*attribution, "deploy"], cwd=ROOT, env=self.env, capture_output=True, text=True,
-                                timeout=180)
+        deploy = subprocess.run(
+            [*attribution, "deploy"], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=180
+        )
         if deploy.returncode != 0:
             raise RuntimeError(f"attribution deploy failed: {deploy.stdout[-2000:]}{deploy.stderr[-2000:]}")
         self._spawn("worker", [*attribution, "worker", *self.worker_args])

@@ -65,20 +65,32 @@ class Prometheus:
         self.proc: subprocess.Popen | None = None
         self.prom_files = prom_files
 
-    def start(self) -> "Prometheus":
+    def start(self) -> Prometheus:
         prometheus, promtool = need("prometheus"), need("promtool")
         data = self.base / "data"
         data.mkdir(parents=True, exist_ok=True)
         om = self.base / "history.om"
         to_openmetrics(self.prom_files, om)
-        subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
-                       check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         cfg = self.base / "prometheus.yml"
         cfg.write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n")
         self.log = (self.base / "prometheus.log").open("w")
         self.proc = subprocess.Popen(
-            [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={data}", "--storage.tsdb.retention.time=100y",
-             f"--web.listen-address=127.0.0.1:{self.port}"], stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                prometheus,
+                f"--config.file={cfg}",
+                f"--storage.tsdb.path={data}",
+                "--storage.tsdb.retention.time=100y",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:

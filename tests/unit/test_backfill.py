@@ -9,19 +9,25 @@ from datetime import datetime, timezone
 import duckdb
 import pytest
 
-from flows.backfill import Attempt, backfill_inline, parse_when, plan
 from tests.conftest import EXAMPLES
+from workload_attribution.contracts.identity import AttemptId, Target
+from workload_attribution.flows.backfill import Attempt, backfill_inline, parse_when, plan
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
 
 
-@pytest.mark.parametrize("text, want", [
-    ("now", NOW), ("26h", datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)),
-    ("7d", datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)), ("90m", datetime(2026, 12, 2, 10, 30, tzinfo=timezone.utc)),
-    ("2026-11-20T10:00:00Z", datetime(2026, 11, 20, 10, 0, tzinfo=timezone.utc)),
-    ("2026-11-20T10:00:00", datetime(2026, 11, 20, 10, 0, tzinfo=timezone.utc)),
-    ("2026-11-20T11:00:00+01:00", datetime(2026, 11, 20, 10, 0, tzinfo=timezone.utc)),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("now", NOW),
+        ("26h", datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)),
+        ("7d", datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)),
+        ("90m", datetime(2026, 12, 2, 10, 30, tzinfo=timezone.utc)),
+        ("2026-11-20T10:00:00Z", datetime(2026, 11, 20, 10, 0, tzinfo=timezone.utc)),
+        ("2026-11-20T10:00:00", datetime(2026, 11, 20, 10, 0, tzinfo=timezone.utc)),
+        ("2026-11-20T11:00:00+01:00", datetime(2026, 11, 20, 10, 0, tzinfo=timezone.utc)),
+    ],
+)
 def test_parse_when(text, want):
     assert parse_when(text, NOW) == want
 
@@ -33,7 +39,10 @@ def test_parse_when_refuses(bad):
 
 
 def test_plan_sorts_done_stale_new_and_collapses_repeats():
-    a, b, c = (Attempt("eos", "slurm", str(i), 0) for i in (1, 2, 3))
+    a, b, c = (
+        Attempt(AttemptId(cluster="eos", scheduler="slurm", job_id=str(i)), Target(cluster="eos", job_id=str(i)))
+        for i in (1, 2, 3)
+    )
     p = plan([a, b, c, a], {a.key: "v2", b.key: "v1"}, "v2")
     assert p.skipped == [a] and p.todo == [(b, "stale_rules"), (c, "new")]
     assert plan([a, b], {a.key: "v2"}, "v2", force=True).todo == [(a, "forced"), (b, "forced")]
@@ -56,20 +65,28 @@ def test_inline_backfill_over_a_bundle_tree(tmp_path):
         old = con.execute("SELECT job_id FROM diagnoses ORDER BY job_id LIMIT 1").fetchone()[0]
         con.execute("UPDATE diagnoses SET rules_version = 'old' WHERE job_id = ?", [old])
     lines = []
-    second = backfill_inline(since="3650d", bundles_dir=str(tree), warehouse=wh,
-                             progress=lambda i, n, a, outcome: lines.append((a.job_id, outcome)))
+    second = backfill_inline(
+        since="3650d",
+        bundles_dir=str(tree),
+        warehouse=wh,
+        progress=lambda i, n, a, outcome: lines.append((a.id.job_id, outcome)),
+    )
     assert (second.diagnosed, second.skipped, second.redone_stale) == (1, 2, 1)
     assert lines == [(old, lines[0][1])] and lines[0][1].endswith("(rules changed)")
     with duckdb.connect(wh, read_only=True) as con:
         assert con.execute("SELECT count(*), count(DISTINCT rules_version) FROM diagnoses").fetchone() == (3, 1)
 
     # a window that ends before every attempt finds nothing
-    assert backfill_inline(since="2000-01-01T00:00:00Z", until="2001-01-01T00:00:00Z", bundles_dir=str(tree),
-                           warehouse=wh).found == 1   # only the unreadable bundle, whose time is unknown
+    assert (
+        backfill_inline(
+            since="2000-01-01T00:00:00Z", until="2001-01-01T00:00:00Z", bundles_dir=str(tree), warehouse=wh
+        ).found
+        == 1
+    )  # only the unreadable bundle, whose time is unknown
 
 
 def test_backfill_cli_refuses_bad_windows(capsys, tmp_path):
-    from attribution.cli import main
+    from workload_attribution.cli import main
 
     wh = ["--warehouse", str(tmp_path / "w.duckdb")]
     assert main(["backfill", "--inline", "--bundles", str(EXAMPLES), "--since", "soon", *wh]) == 2

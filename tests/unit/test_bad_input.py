@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from attribution.cli import main
 from tests.conftest import WORKED
+from workload_attribution.cli import main
 
 HOST = "gb-r12-n04"
 
@@ -42,7 +42,10 @@ def coverage(d: dict, source: str) -> dict:
 
 def still_right(d: dict) -> None:
     """The planted root cause survives the damage."""
-    assert (d["terminal_state"], d["sub_domain"]) == ("hardware_failure", "nvlink"), (d["terminal_state"], d["sub_domain"])
+    assert (d["terminal_state"], d["sub_domain"]) == ("hardware_failure", "nvlink"), (
+        d["terminal_state"],
+        d["sub_domain"],
+    )
     assert d["root_cause"]["node"] == HOST
 
 
@@ -54,6 +57,7 @@ def one_line(code: int, err: str, *words: str) -> None:
 
 
 # ---- log folders ---------------------------------------------------------------------------------
+
 
 def test_binary_file_in_a_log_folder(bundle, capsys):
     (bundle / "logs" / "syslog" / "core.12345").write_bytes(bytes(range(256)) * 4000 + b"\n\x7fELF\x00\x00")
@@ -80,10 +84,12 @@ def test_a_200_mb_single_line(bundle, capsys):
 
 def test_nul_bytes_and_mixed_encodings(bundle, capsys):
     log = bundle / "logs" / "syslog" / f"{HOST}.log"
-    log.write_bytes(log.read_bytes()
-                    + "Nov 20 13:10:00 gb-r12-n04 kernel: Grüße aus Köln\n".encode("latin-1")
-                    + "Nov 20 13:10:01 gb-r12-n04 kernel: \u65e5\u672c\n".encode("utf-16")
-                    + b"Nov 20 13:10:02 gb-r12-n04 kernel: a\x00b\x00c\n")
+    log.write_bytes(
+        log.read_bytes()
+        + "Nov 20 13:10:00 gb-r12-n04 kernel: Grüße aus Köln\n".encode("latin-1")
+        + "Nov 20 13:10:01 gb-r12-n04 kernel: \u65e5\u672c\n".encode("utf-16")
+        + b"Nov 20 13:10:02 gb-r12-n04 kernel: a\x00b\x00c\n"
+    )
     code, d, _ = run(capsys, bundle)
     assert code == 0
     still_right(d)
@@ -121,26 +127,37 @@ def test_bundle_path_with_dotdot_is_resolved_and_evidence_stays_relative(bundle,
 
 # ---- attempt.yaml --------------------------------------------------------------------------------
 
-GOOD = "cluster: c\nscheduler: slurm\njob_id: 1\nattempt: 0\nnodes: [a]\nstart: 2026-01-01T00:00:00Z\nend: 2026-01-01T01:00:00Z\nstate: FAILED\n"
+GOOD = (
+    "cluster: c\nscheduler: slurm\njob_id: 1\nattempt: 0\nnodes: [a]\nstart: 2026-01-01T00:00:00Z\n"
+    "end: 2026-01-01T01:00:00Z\nstate: FAILED\n"
+)
 
 
-@pytest.mark.parametrize("content,words", [
-    (None, ["no attempt.yaml"]),
-    (GOOD.replace("attempt: 0", "attempt: many"), ["field 'attempt'"]),
-    (GOOD.replace("nodes: [a]", "nodes: a-string"), ["field 'nodes'"]),
-    (GOOD.replace("end: 2026-01-01T01:00:00Z", "end: 2025-12-31T00:00:00Z"), ["end"]),
-    (GOOD.replace("scheduler: slurm", "scheduler: pbs"), ["field 'scheduler'"]),
-    (GOOD.replace("start: 2026-01-01T00:00:00Z", "start: not-a-time"), ["field 'start'"]),
-    ("cluster: &a [*a]\n", ["field 'cluster'"]),   # a self-referencing alias: loaded as a cycle, refused by type
-    ("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
-     "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
-     "g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]\nh: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]\nnodes: *h\n" + GOOD.replace("nodes: [a]\n", ""),
-     ["field 'nodes"]),
-    ("!!python/object/apply:os.system ['touch /tmp/attribution-pwned']\n", ["YAML", "python/object/apply"]),
-    (GOOD + "extra: !!python/name:os.system\n", ["YAML"]),
-    ("\x00\x01binary", ["YAML"]),
-    ("", ["mapping"]),
-])
+@pytest.mark.parametrize(
+    "content,words",
+    [
+        (None, ["no attempt.yaml"]),
+        (GOOD.replace("attempt: 0", "attempt: many"), ["field 'attempt'"]),
+        (GOOD.replace("nodes: [a]", "nodes: a-string"), ["field 'nodes'"]),
+        (GOOD.replace("end: 2026-01-01T01:00:00Z", "end: 2025-12-31T00:00:00Z"), ["end"]),
+        (GOOD.replace("scheduler: slurm", "scheduler: pbs"), ["field 'scheduler'"]),
+        (GOOD.replace("start: 2026-01-01T00:00:00Z", "start: not-a-time"), ["field 'start'"]),
+        ("cluster: &a [*a]\n", ["field 'cluster'"]),  # a self-referencing alias: loaded as a cycle, refused by type
+        (
+            "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+            "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+            "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+            "f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
+            "g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]\nh: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]\nnodes: *h\n"
+            + GOOD.replace("nodes: [a]\n", ""),
+            ["field 'nodes"],
+        ),
+        ("!!python/object/apply:os.system ['touch /tmp/attribution-pwned']\n", ["YAML", "python/object/apply"]),
+        (GOOD + "extra: !!python/name:os.system\n", ["YAML"]),
+        ("\x00\x01binary", ["YAML"]),
+        ("", ["mapping"]),
+    ],
+)
 def test_bad_attempt_yaml_is_exit_2_with_the_reason(tmp_path, capsys, content, words):
     b = tmp_path / "b"
     b.mkdir()
@@ -169,6 +186,7 @@ def test_not_a_directory(tmp_path, capsys):
 
 # ---- records, metrics, topology, time --------------------------------------------------------------
 
+
 def test_sacct_of_another_job_is_refused_not_used(bundle, capsys):
     doc = json.loads((bundle / "scheduler" / "sacct.json").read_text())
     doc["jobs"][0]["job_id"] = 999
@@ -182,7 +200,7 @@ def test_sacct_of_another_job_is_refused_not_used(bundle, capsys):
 
 def test_metrics_with_duplicate_and_out_of_order_samples(bundle, capsys):
     prom = bundle / "metrics" / "range-export.prom"
-    lines = [l for l in prom.read_text().splitlines() if l and not l.startswith("#")]
+    lines = [x for x in prom.read_text().splitlines() if x and not x.startswith("#")]
     prom.write_text("\n".join(list(reversed(lines)) + lines[:5]) + "\n")
     code, d, _ = run(capsys, bundle)
     assert code == 0
@@ -203,9 +221,11 @@ def test_topology_naming_unknown_hosts(bundle, capsys):
 
 def test_timestamps_years_away_from_the_attempt_are_not_evidence(bundle, capsys):
     log = bundle / "logs" / "syslog" / "gb-r12-n01.log"
-    log.write_text(log.read_text()
-                   + "2019-03-01T00:00:00Z gb-r12-n01 kernel: NVRM: Xid (PCI:0000:1b:00): 79, GPU has fallen off the bus.\n"
-                   + "2041-03-01T00:00:00Z gb-r12-n01 kernel: NVRM: Xid (PCI:0000:1b:00): 79, GPU has fallen off the bus.\n")
+    log.write_text(
+        log.read_text()
+        + "2019-03-01T00:00:00Z gb-r12-n01 kernel: NVRM: Xid (PCI:0000:1b:00): 79, GPU has fallen off the bus.\n"
+        + "2041-03-01T00:00:00Z gb-r12-n01 kernel: NVRM: Xid (PCI:0000:1b:00): 79, GPU has fallen off the bus.\n"
+    )
     code, d, _ = run(capsys, bundle)
     assert code == 0
     still_right(d)
@@ -225,8 +245,9 @@ def test_unreadable_file_is_an_error_not_a_crash(bundle, capsys):
 
 # ---- rules ---------------------------------------------------------------------------------------
 
+
 def _rules_copy(tmp_path: Path) -> Path:
-    from rules.pack import RULES_DIR
+    from workload_attribution.rules.pack import RULES_DIR
 
     copy = tmp_path / "rules"
     shutil.copytree(RULES_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
@@ -245,18 +266,36 @@ tests:
   - name: t
 """
 BAD_SQL_RULE = SLOW_RULE.replace("slow-verdict", "missing-table-verdict").replace(
-    "FROM (SELECT sum(hash(i)) AS s FROM range(100000000000) t(i)) WHERE s = 0", "FROM no_such_table")
+    "FROM (SELECT sum(hash(i)) AS s FROM range(100000000000) t(i)) WHERE s = 0", "FROM no_such_table"
+)
 
 
-@pytest.mark.parametrize("break_it,rule,words", [
-    (lambda d: (d / "final" / "verdict-fallback.yaml").write_text("id: [verdict-fallback\n"), "verdict-fallback", ["not loaded", "YAML"]),
-    (lambda d: (d / "early" / "xid-meta.yaml").write_text((d / "early" / "xid-meta.yaml").read_text().replace("phase: early", "phase: middle")),
-     "xid-meta-links", ["not loaded", "phase"]),
-    (lambda d: (d / "final" / "missing-table-verdict.yaml").write_text(BAD_SQL_RULE), "missing-table-verdict", ["no_such_table"]),
-    (lambda d: (d / "final" / "slow-verdict.yaml").write_text(SLOW_RULE), "slow-verdict", ["timed out after 1 s"]),
-])
-def test_a_broken_rule_is_reported_by_id_and_the_rest_of_the_pack_runs(bundle, tmp_path, capsys, monkeypatch,
-                                                                       break_it, rule, words):
+@pytest.mark.parametrize(
+    "break_it,rule,words",
+    [
+        (
+            lambda d: (d / "final" / "verdict-fallback.yaml").write_text("id: [verdict-fallback\n"),
+            "verdict-fallback",
+            ["not loaded", "YAML"],
+        ),
+        (
+            lambda d: (d / "early" / "xid-meta.yaml").write_text(
+                (d / "early" / "xid-meta.yaml").read_text().replace("phase: early", "phase: middle")
+            ),
+            "xid-meta-links",
+            ["not loaded", "phase"],
+        ),
+        (
+            lambda d: (d / "final" / "missing-table-verdict.yaml").write_text(BAD_SQL_RULE),
+            "missing-table-verdict",
+            ["no_such_table"],
+        ),
+        (lambda d: (d / "final" / "slow-verdict.yaml").write_text(SLOW_RULE), "slow-verdict", ["timed out after 1 s"]),
+    ],
+)
+def test_a_broken_rule_is_reported_by_id_and_the_rest_of_the_pack_runs(
+    bundle, tmp_path, capsys, monkeypatch, break_it, rule, words
+):
     rules = _rules_copy(tmp_path)
     break_it(rules)
     monkeypatch.setenv("ATTRIBUTION_RULES__RULE_TIMEOUT_S", "1")
@@ -267,7 +306,7 @@ def test_a_broken_rule_is_reported_by_id_and_the_rest_of_the_pack_runs(bundle, t
     assert list(failed) == [rule], failed
     for w in words:
         assert w in failed[rule], failed
-    assert d["terminal_state"] == "hardware_failure" and d["root_cause"]["node"] == HOST   # the rest ran
+    assert d["terminal_state"] == "hardware_failure" and d["root_cause"]["node"] == HOST  # the rest ran
     assert len(d["rules"]["fired"]) > 5
     if "not loaded" in words:
         assert f"warning: rule {rule}" in err

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from attribution.models import CoverageStatus
-from connectors.bundle import BundleError, collect, load_scope
-from connectors.staging import connect, create_staging, release_staging
-from connectors.text import normalize
-from rules.pack import default_pack
 from tests.conftest import WORKED
+from tests.helpers import collect_bundle
+from workload_attribution.connectors.bundle import BundleError, load_scope
+from workload_attribution.contracts.lines import normalize
+from workload_attribution.contracts.models import CoverageStatus
+from workload_attribution.contracts.staging import connect, create_staging, release_staging
+from workload_attribution.rules.pack import default_pack
 
 
 @pytest.fixture
@@ -26,10 +27,12 @@ def _collect(bundle: Path, source: str):
     scope = load_scope(bundle)
     staging = create_staging(scope)
     try:
-        got = collect(bundle, scope, source, staging, default_pack().prefilter(source))
+        got = collect_bundle(bundle, scope, source, staging, default_pack().prefilter(source))
         con = connect(staging)
         normalize(con, scope.timezone, scope.start.replace(tzinfo=None), got.files)
-        lines = con.execute("SELECT path, lineno, text, time, time_quality, rank FROM log_lines ORDER BY path, lineno").fetchall()
+        lines = con.execute(
+            "SELECT path, lineno, text, time, time_quality, rank FROM log_lines ORDER BY path, lineno"
+        ).fetchall()
         con.close()
         return got, lines
     finally:
@@ -80,7 +83,7 @@ def test_a_reused_job_id_takes_the_latest_record_only(bundle):
     scope = load_scope(bundle)
     staging = create_staging(scope)
     try:
-        collect(bundle, scope, "sacct", staging, [])
+        collect_bundle(bundle, scope, "sacct", staging, [])
         con = connect(staging)
         texts = [r[0] for r in con.execute("SELECT text FROM records WHERE kind = 'sacct_job'").fetchall()]
         con.close()
@@ -92,19 +95,24 @@ def test_a_reused_job_id_takes_the_latest_record_only(bundle):
 def test_bad_bytes_nul_crlf_and_long_lines_survive_and_are_counted(bundle):
     log = bundle / "logs" / "syslog" / "gb-r12-n04.log"
     data = log.read_bytes()
-    extra = (b"Nov 20 13:03:00 gb-r12-n04 kernel: caf\xc3\xa9 \xff\xfe bad NVRM: Xid (PCI:0000:c1:00): 79, GPU has fallen off the bus.\r\n"
-             + b"Nov 20 13:03:01 gb-r12-n04 kernel: \x00 nul NVRM: Xid (PCI:0000:c1:00): 79, GPU has fallen off the bus.\n"
-             + b"x" * 2_000_000 + b"\n" + b"Nov 20 13:03:02 gb-r12-n04 kernel: truncated last NVRM: Xid (PCI:0000:c1:00): 154, x")
+    extra = (
+        b"Nov 20 13:03:00 gb-r12-n04 kernel: caf\xc3\xa9 \xff\xfe bad "
+        b"NVRM: Xid (PCI:0000:c1:00): 79, GPU has fallen off the bus.\r\n"
+        + b"Nov 20 13:03:01 gb-r12-n04 kernel: \x00 nul NVRM: Xid (PCI:0000:c1:00): 79, GPU has fallen off the bus.\n"
+        + b"x" * 2_000_000
+        + b"\n"
+        + b"Nov 20 13:03:02 gb-r12-n04 kernel: truncated last NVRM: Xid (PCI:0000:c1:00): 154, x"
+    )
     log.write_bytes(data + extra)
     got, lines = _collect(bundle, "syslog")
     cov = got.coverage
     assert cov.status == CoverageStatus.partial
     assert cov.details["lines_with_bad_bytes"] == 2 and cov.details["long_lines"] == 1
-    mine = [l for l in lines if l[0] == "logs/syslog/gb-r12-n04.log" and "c1:00" in l[2]]
+    mine = [x for x in lines if x[0] == "logs/syslog/gb-r12-n04.log" and "c1:00" in x[2]]
     assert len(mine) == 3
     assert "café" in mine[0][2] and "\ufffd" in mine[0][2] and not mine[0][2].endswith("\r")
     n_lines = len(data.split(b"\n")) - 1
-    assert [l[1] for l in mine] == [n_lines + 1, n_lines + 2, n_lines + 4]
+    assert [x[1] for x in mine] == [n_lines + 1, n_lines + 2, n_lines + 4]
     assert str(mine[2][3]) == "2026-11-20 12:03:02"
 
 
@@ -119,7 +127,7 @@ def test_line_numbers_point_at_the_raw_line(bundle):
 
 def test_continuation_lines_inherit_their_ranks_time(bundle):
     got, lines = _collect(bundle, "app")
-    exc = [l for l in lines if "ncclUnhandledCudaError" in l[2]]
+    exc = [x for x in lines if "ncclUnhandledCudaError" in x[2]]
     assert exc and exc[0][4] == "inherited" and exc[0][5] == 14
     assert str(exc[0][3]).startswith("2026-11-20 12:02:43")
 
@@ -130,15 +138,26 @@ def test_symlink_outside_the_bundle_is_refused(bundle, tmp_path):
     os.symlink(outside, bundle / "logs" / "syslog" / "evil.log")
     got, lines = _collect(bundle, "syslog")
     assert any("evil.log" in r for r in got.coverage.details["refused"])
-    assert not any("evil" in l[0] for l in lines)
+    assert not any("evil" in x[0] for x in lines)
 
 
-@pytest.mark.parametrize("content,field", [
-    ("cluster: c\nscheduler: slurm\njob_id: 1\nattempt: 0\nnodes: [a]\nstart: 2026-01-01T01:00:00Z\nend: 2026-01-01T00:00:00Z\nstate: FAILED\n", "end"),
-    ("cluster: c\nscheduler: pbs\njob_id: 1\nattempt: 0\nnodes: [a]\nstart: 2026-01-01T00:00:00Z\nend: 2026-01-01T01:00:00Z\nstate: FAILED\n", "scheduler"),
-    ("cluster: [unclosed\n", "YAML"),
-    ("- just a list\n", "mapping"),
-])
+@pytest.mark.parametrize(
+    "content,field",
+    [
+        (
+            "cluster: c\nscheduler: slurm\njob_id: 1\nattempt: 0\nnodes: [a]\nstart: 2026-01-01T01:00:00Z\n"
+            "end: 2026-01-01T00:00:00Z\nstate: FAILED\n",
+            "end",
+        ),
+        (
+            "cluster: c\nscheduler: pbs\njob_id: 1\nattempt: 0\nnodes: [a]\nstart: 2026-01-01T00:00:00Z\n"
+            "end: 2026-01-01T01:00:00Z\nstate: FAILED\n",
+            "scheduler",
+        ),
+        ("cluster: [unclosed\n", "YAML"),
+        ("- just a list\n", "mapping"),
+    ],
+)
 def test_bad_attempt_yaml_gives_a_one_line_reason(tmp_path, content, field):
     (tmp_path / "attempt.yaml").write_text(content)
     with pytest.raises(BundleError) as err:

@@ -8,7 +8,9 @@ from tests.conftest import EXAMPLES, ROOT, WORKED
 
 
 def run(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "attribution.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "workload_attribution", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def test_help_everywhere():
@@ -31,8 +33,22 @@ def test_json_output_is_the_diagnosis_contract(tmp_path):
     r = run("diagnose", str(WORKED), "--inline", "--json", "--warehouse", str(tmp_path / "w.duckdb"))
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    for key in ("diagnosis_id", "attempt", "terminal_state", "sub_domain", "confidence", "root_cause", "affected_nodes",
-                "affected_components", "candidates", "symptoms", "recommended_action", "coverage", "rules", "evidence"):
+    for key in (
+        "diagnosis_id",
+        "attempt",
+        "terminal_state",
+        "sub_domain",
+        "confidence",
+        "root_cause",
+        "affected_nodes",
+        "affected_components",
+        "candidates",
+        "symptoms",
+        "recommended_action",
+        "coverage",
+        "rules",
+        "evidence",
+    ):
         assert key in d
     assert (tmp_path / "w.duckdb").exists()
 

@@ -16,18 +16,19 @@ from datetime import datetime, timezone
 
 import pytest
 
-from attribution.config import ClusterConfig
-from attribution.models import AttemptScope
-from connectors.kueue import KueueSource, discover_failed
-from connectors.loki import LokiSource
-from connectors.prometheus import PrometheusSource
-from connectors.slurm import SlurmSource
-from connectors.staging import create_staging
-from flows import inline
-from flows.pipeline import Request, attribute_story, failed_collect
-from rules.pack import default_pack
-from tasks import steps
 from tests.services.fault_server import FaultServer
+from workload_attribution.connectors.clusters import ClusterConfig
+from workload_attribution.connectors.kueue import KueueSource, discover_failed
+from workload_attribution.connectors.loki import LokiSource
+from workload_attribution.connectors.prometheus import PrometheusSource
+from workload_attribution.connectors.slurm import SlurmSource
+from workload_attribution.contracts.identity import Target
+from workload_attribution.contracts.models import AttemptScope
+from workload_attribution.contracts.staging import create_staging
+from workload_attribution.flows import inline
+from workload_attribution.flows.pipeline import Options, attribute_story
+from workload_attribution.rules.pack import default_pack
+from workload_attribution.tasks import steps
 
 NODES = ["gpu-a01", "gpu-a02"]
 START = datetime(2026, 11, 20, 10, 0, tzinfo=timezone.utc)
@@ -38,6 +39,7 @@ ATTEMPTS = 1 + len(inline.RETRY_DELAYS_S)
 
 def _answer(connector: str, endless: bool):
     """What each API answers when it works: empty results, or pages that never end."""
+
     def answer(path: str, query: dict):
         if connector == "prometheus":
             return 200, {"status": "success", "data": {"resultType": "matrix", "result": []}}
@@ -48,8 +50,10 @@ def _answer(connector: str, endless: bool):
                 return 200, {"status": "success", "data": {"resultType": "streams", "result": []}}
             start, limit = int(query["start"][0]), int(query["limit"][0])
             values = [[str(start + i + 1), f"kernel: line {start + i}"] for i in range(limit)]
-            return 200, {"status": "success", "data": {"resultType": "streams",
-                                                       "result": [{"stream": {"host": NODES[0]}, "values": values}]}}
+            return 200, {
+                "status": "success",
+                "data": {"resultType": "streams", "result": [{"stream": {"host": NODES[0]}, "values": values}]},
+            }
         if connector == "slurm":
             if path == "/openapi":
                 return 200, {"paths": {"/slurm/v0.0.39/job/{job_id}": {}, "/slurmdb/v0.0.39/job/{job_id}": {}}}
@@ -57,23 +61,45 @@ def _answer(connector: str, endless: bool):
         if connector == "kueue":
             return 404, {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404}
         raise AssertionError(connector)
+
     return answer
 
 
 def _cluster(connector: str, url: str) -> tuple[ClusterConfig, str, str]:
     """(cluster config, scheduler, the source name whose coverage the case checks)"""
     if connector == "prometheus":
-        return ClusterConfig(scheduler="static", sources={"metrics": PrometheusSource(url=url, timeout_s=TIMEOUT_S)}), \
-            "static", "metrics"
+        return (
+            ClusterConfig(scheduler="static", sources={"metrics": PrometheusSource(url=url, timeout_s=TIMEOUT_S)}),
+            "static",
+            "metrics",
+        )
     if connector == "loki":
-        return ClusterConfig(scheduler="static", sources={"syslog": LokiSource(
-            url=url, selector='{job="syslog", host=~"{hosts}"}', timeout_s=TIMEOUT_S, limit=100, max_pages=25)}), \
-            "static", "syslog"
+        return (
+            ClusterConfig(
+                scheduler="static",
+                sources={
+                    "syslog": LokiSource(
+                        url=url,
+                        selector='{job="syslog", host=~"{hosts}"}',
+                        timeout_s=TIMEOUT_S,
+                        limit=100,
+                        max_pages=25,
+                    )
+                },
+            ),
+            "static",
+            "syslog",
+        )
     if connector == "slurm":
         return ClusterConfig(scheduler="slurm", slurm=SlurmSource(rest_url=url, timeout_s=TIMEOUT_S)), "slurm", "sacct"
     if connector == "kueue":
-        return ClusterConfig(scheduler="kueue", kueue=KueueSource(url=url, namespace="team-a", token_env=None,
-                                                                   timeout_s=TIMEOUT_S)), "kueue", "kueue"
+        return (
+            ClusterConfig(
+                scheduler="kueue", kueue=KueueSource(url=url, namespace="team-a", token_env=None, timeout_s=TIMEOUT_S)
+            ),
+            "kueue",
+            "kueue",
+        )
     raise AssertionError(connector)
 
 
@@ -84,7 +110,7 @@ class PreScoped(inline.InlineRunner):
         super().__init__(pool)
         self.scoped = scoped
 
-    def scope(self, request):
+    def scope(self, target, cluster):
         return self.scoped
 
 
@@ -92,13 +118,25 @@ def diagnose_with(connector: str, url: str):
     from concurrent.futures import ThreadPoolExecutor
 
     cluster, scheduler, source = _cluster(connector, url)
-    scope = AttemptScope(cluster="lab", scheduler=scheduler, job_id="4242" if scheduler != "kueue" else "train-7",
-                         attempt=0, nodes=NODES, start=START, end=END, state="FAILED")
-    sources = {"slurm": ["sacct"], "kueue": ["kueue"]}.get(scheduler, []) + list(cluster.sources)
-    scoped = steps.Scoped(bundle=None, scope=scope, staging=create_staging(scope), sources=sources, cluster=cluster)
+    scope = AttemptScope(
+        cluster="lab",
+        scheduler=scheduler,
+        job_id="4242" if scheduler != "kueue" else "train-7",
+        attempt=0,
+        nodes=NODES,
+        start=START,
+        end=END,
+        state="FAILED",
+    )
+    sources = {"slurm": {"sacct": ("slurm", cluster.slurm)}, "kueue": {"kueue": ("kubernetes", cluster.kueue)}}.get(
+        scheduler, {}
+    ) | {name: (cfg.connector, cfg) for name, cfg in cluster.sources.items()}
+    scoped = steps.Scoped(scope=scope, staging=create_staging(scope), sources=sources)
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=4) as pool:
-        d = attribute_story(PreScoped(pool, scoped), Request(), default_pack(), failed_collect)
+        d = attribute_story(
+            PreScoped(pool, scoped), Target(cluster="lab", job_id=scope.job_id), Options(pack=default_pack())
+        )
     cov = {c.source: c for c in d.coverage}[source]
     return d, cov, time.monotonic() - started
 
@@ -131,12 +169,19 @@ FAULTS = {
 # Wrong-shape and truncated bodies are not retried (a retry would get the same answer) ...
 NOT_RETRIED = {"truncated", "not_json", "wrong_shape", "empty"}
 # ... and Loki keeps what it has when one of its two calls (series, lines) fails: words differ.
-REASON_WORDS = {("loki", "truncated"): ["not a Loki"], ("loki", "not_json"): ["not a Loki"],
-                ("loki", "wrong_shape"): ["not a Loki"], ("prometheus", "truncated"): ["not JSON"],
-                ("prometheus", "not_json"): ["not JSON"], ("slurm", "truncated"): ["not JSON"],
-                ("slurm", "not_json"): ["not JSON"], ("kueue", "truncated"): ["not JSON"],
-                ("kueue", "not_json"): ["not JSON"], ("slurm", "empty"): ["not in Slurm accounting"],
-                ("kueue", "empty"): ["not found"]}
+REASON_WORDS = {
+    ("loki", "truncated"): ["not a Loki"],
+    ("loki", "not_json"): ["not a Loki"],
+    ("loki", "wrong_shape"): ["not a Loki"],
+    ("prometheus", "truncated"): ["not JSON"],
+    ("prometheus", "not_json"): ["not JSON"],
+    ("slurm", "truncated"): ["not JSON"],
+    ("slurm", "not_json"): ["not JSON"],
+    ("kueue", "truncated"): ["not JSON"],
+    ("kueue", "not_json"): ["not JSON"],
+    ("slurm", "empty"): ["not in Slurm accounting"],
+    ("kueue", "empty"): ["not found"],
+}
 
 
 @pytest.fixture(autouse=True)
@@ -156,8 +201,11 @@ def test_fault_matrix(connector, fault):
         url = "http://attribution-no-such-host.invalid:9090"
     else:
         mode = fault.split("+")[0]
-        server = FaultServer(fault="answer" if fault == "empty" else mode, answer=_answer(connector, endless=False),
-                             retry_after="1" if "retry-after" in fault else None).start()
+        server = FaultServer(
+            fault="answer" if fault == "empty" else mode,
+            answer=_answer(connector, endless=False),
+            retry_after="1" if "retry-after" in fault else None,
+        ).start()
         url = server.url
     try:
         d, cov, elapsed = diagnose_with(connector, url)
@@ -185,7 +233,7 @@ def test_loki_pages_that_never_end_stop_at_the_bound_as_partial():
         server.stop()
     assert cov.status.value == "partial"
     assert cov.details["truncated_windows"] >= 1
-    assert sum(1 for p, _ in server.requests if p.endswith("query_range")) == 25 * 1   # max_pages, one window
+    assert sum(1 for p, _ in server.requests if p.endswith("query_range")) == 25 * 1  # max_pages, one window
     assert cov.observations == 25 * 100
     assert elapsed < 30
 
@@ -193,12 +241,14 @@ def test_loki_pages_that_never_end_stop_at_the_bound_as_partial():
 def test_kueue_listing_that_never_ends_is_an_error_not_a_hang():
     def answer(path, query):
         return 200, {"kind": "WorkloadList", "items": [], "metadata": {"continue": f"tok-{len(query)}-{time.time()}"}}
+
     server = FaultServer(fault="answer", answer=answer).start()
     try:
         started = time.monotonic()
         with pytest.raises(Exception) as err:
-            discover_failed(KueueSource(url=server.url, namespace="team-a", token_env=None, timeout_s=1, max_pages=40),
-                            START, END)
+            discover_failed(
+                KueueSource(url=server.url, namespace="team-a", token_env=None, timeout_s=1, max_pages=40), START, END
+            )
         assert time.monotonic() - started < 30
     finally:
         server.stop()
@@ -207,7 +257,9 @@ def test_kueue_listing_that_never_ends_is_an_error_not_a_hang():
 
 
 def test_kueue_listing_that_repeats_its_token_is_an_error_at_once():
-    server = FaultServer(fault="answer", answer=lambda p, q: (200, {"items": [], "metadata": {"continue": "same"}})).start()
+    server = FaultServer(
+        fault="answer", answer=lambda p, q: (200, {"items": [], "metadata": {"continue": "same"}})
+    ).start()
     try:
         with pytest.raises(Exception) as err:
             discover_failed(KueueSource(url=server.url, namespace="team-a", token_env=None, timeout_s=1), START, END)

@@ -4,12 +4,11 @@ A fresh corpus is generated per run (seeded); `attribution eval` must match ever
 The closing notes report larger corpora (python -m tests.scenarios.generator OUT --per-class 15).
 """
 
-
 import pytest
 
-from rules.evaluation import evaluate
-from rules.pack import default_pack
 from tests.scenarios.generator import CLASSES, generate
+from workload_attribution.flows.evaluation import evaluate
+from workload_attribution.rules.pack import default_pack
 
 PER_CLASS = 3
 

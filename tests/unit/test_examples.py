@@ -4,10 +4,9 @@ import json
 
 import pytest
 
-from flows.inline import attribute_inline
-from flows.pipeline import Request
-from rules.pack import default_pack
 from tests.conftest import EXAMPLES, WORKED
+from tests.helpers import diagnose
+from workload_attribution.rules.pack import default_pack
 
 BUNDLES = sorted(p for p in EXAMPLES.iterdir() if (p / "expected.json").is_file()) + [WORKED]
 
@@ -17,8 +16,8 @@ def diagnoses():
     from concurrent.futures import ThreadPoolExecutor
 
     pack = default_pack()
-    with ThreadPoolExecutor(max_workers=2) as pool:   # two at a time: the run is what it measures, not the wait
-        return dict(zip((b.name for b in BUNDLES), pool.map(lambda b: attribute_inline(Request(bundle=str(b)), pack), BUNDLES)))
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two at a time: the run is what it measures, not the wait
+        return dict(zip((b.name for b in BUNDLES), pool.map(lambda b: diagnose(b, pack=pack), BUNDLES)))
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=lambda b: b.name)

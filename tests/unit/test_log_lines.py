@@ -35,7 +35,9 @@ CASES = [
 @pytest.mark.parametrize("line,expected,rank,body", CASES)
 def test_prefix_grammar(staging, line, expected, rank, body):
     got = staging.execute("SELECT parse_log_line(?, 'Europe/Berlin', ?)", [line, REF]).fetchone()[0]
-    assert (str(got["ts"]) if got["ts"] else None) == (expected if expected is None else str(datetime.fromisoformat(expected)))
+    assert (str(got["ts"]) if got["ts"] else None) == (
+        expected if expected is None else str(datetime.fromisoformat(expected))
+    )
     assert got["rank"] == rank
     assert got["body"].startswith(body)
 
@@ -55,5 +57,7 @@ def test_zone_less_forms_use_the_attempt_zone_with_dst(staging):
     summer = datetime(2026, 7, 1, 12, 0, 0)
     t = staging.execute("SELECT log_time('2026-07-01 14:00:00,000 INFO x', 'Europe/Berlin', ?)", [summer]).fetchone()[0]
     assert t == datetime(2026, 7, 1, 12, 0, 0)  # CEST is UTC+2
-    t = staging.execute("SELECT log_time('2026-07-01 14:00:00,000 INFO x', 'America/Los_Angeles', ?)", [summer]).fetchone()[0]
+    t = staging.execute(
+        "SELECT log_time('2026-07-01 14:00:00,000 INFO x', 'America/Los_Angeles', ?)", [summer]
+    ).fetchone()[0]
     assert t == datetime(2026, 7, 1, 21, 0, 0)

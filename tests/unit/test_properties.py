@@ -12,16 +12,17 @@ from zoneinfo import ZoneInfo
 
 import duckdb
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
-from connectors.hostlist import HostlistError, expand_hostlist
-from connectors.loki import render_selector
-from connectors.prometheus import render_query
-from connectors.staging import sql
 from tests.services.loki_standin import parse_query
+from workload_attribution.connectors.loki import render_selector
+from workload_attribution.connectors.prometheus import render_query
+from workload_attribution.contracts.hostlist import HostlistError, expand_hostlist
+from workload_attribution.contracts.staging import sql
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-SQL_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])   # a query each
+SQL_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # a query each
 MONTHS = "Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split()
 DAYS = "Mon Tue Wed Thu Fri Sat Sun".split()
 ZONES = ["UTC", "Europe/Berlin", "America/Los_Angeles", "Asia/Kolkata", "Australia/Lord_Howe"]
@@ -41,12 +42,18 @@ def parse(con, line: str, tz: str, ref: datetime) -> dict:
 
 
 def parse_many(con, lines: list[str], tz: str, ref: datetime) -> list[datetime]:
-    return [r[0] for r in con.execute("SELECT parse_log_line(l, $tz, $ref)['ts'] FROM unnest($l) WITH ORDINALITY t(l, i) "
-                                      "ORDER BY i", {"l": lines, "tz": tz, "ref": ref}).fetchall()]
+    return [
+        r[0]
+        for r in con.execute(
+            "SELECT parse_log_line(l, $tz, $ref)['ts'] FROM unnest($l) WITH ORDINALITY t(l, i) ORDER BY i",
+            {"l": lines, "tz": tz, "ref": ref},
+        ).fetchall()
+    ]
 
 
 moments = st.datetimes(min_value=datetime(2001, 1, 2), max_value=datetime(2037, 12, 30)).map(
-    lambda d: d.replace(tzinfo=timezone.utc))
+    lambda d: d.replace(tzinfo=timezone.utc)
+)
 
 
 def local(t: datetime, tz: str) -> datetime:
@@ -66,7 +73,7 @@ def unambiguous(t: datetime, tz: str) -> bool:
 def test_rfc3339_with_offset_is_exact_whatever_the_zone(con, t, tz, body):
     lt = local(t, tz)
     line = lt.isoformat(timespec="microseconds") + " host kernel: " + body
-    got = parse(con, line, "UTC", t.replace(tzinfo=None))   # the printed offset wins over the attempt's zone
+    got = parse(con, line, "UTC", t.replace(tzinfo=None))  # the printed offset wins over the attempt's zone
     assert got["ts"] == t.replace(tzinfo=None)
 
 
@@ -78,10 +85,10 @@ def test_zone_less_forms_take_the_attempts_zone(con, t, tz):
     want = lt.astimezone(timezone.utc).replace(tzinfo=None)
     ref = want + timedelta(hours=1)
     forms = [
-        lt.strftime("%Y-%m-%d %H:%M:%S") + ",000 - torch - INFO - step",                       # Python logging
-        f"[{DAYS[lt.weekday()]} {MONTHS[lt.month - 1]} {lt.day:2d} {lt:%H:%M:%S} {lt.year}] NVRM: x",   # dmesg -T
-        f"[{MONTHS[lt.month - 1]} {lt.day:02d} {lt.year} {lt:%H:%M:%S}] [ERROR] [tid 1] fm",      # Fabric Manager
-        f"{MONTHS[lt.month - 1]} {lt.day:2d} {lt:%H:%M:%S} host kernel: x",                       # RFC 3164
+        lt.strftime("%Y-%m-%d %H:%M:%S") + ",000 - torch - INFO - step",  # Python logging
+        f"[{DAYS[lt.weekday()]} {MONTHS[lt.month - 1]} {lt.day:2d} {lt:%H:%M:%S} {lt.year}] NVRM: x",  # dmesg -T
+        f"[{MONTHS[lt.month - 1]} {lt.day:02d} {lt.year} {lt:%H:%M:%S}] [ERROR] [tid 1] fm",  # Fabric Manager
+        f"{MONTHS[lt.month - 1]} {lt.day:2d} {lt:%H:%M:%S} host kernel: x",  # RFC 3164
     ]
     assert parse_many(con, forms, tz, ref) == [want] * len(forms), forms
 
@@ -98,8 +105,12 @@ def test_year_less_lines_take_the_year_nearest_the_attempt(con, t, skew_days):
 
 
 @SQL_SETTINGS
-@given(rank=st.integers(0, 99999), style=st.sampled_from(["[rank{r}]: ", "[default{r}]: ", "{r}: "]),
-       t=moments, body=st.text(min_size=1, max_size=30).filter(lambda s: "\n" not in s and not s[0].isspace()))
+@given(
+    rank=st.integers(0, 99999),
+    style=st.sampled_from(["[rank{r}]: ", "[default{r}]: ", "{r}: "]),
+    t=moments,
+    body=st.text(min_size=1, max_size=30).filter(lambda s: "\n" not in s and not s[0].isspace()),
+)
 def test_rank_prefix_after_a_timestamp(con, rank, style, t, body):
     line = t.strftime("%Y-%m-%dT%H:%M:%SZ ") + style.format(r=rank) + body
     got = parse(con, line, "UTC", t.replace(tzinfo=None))
@@ -114,6 +125,7 @@ def test_any_line_parses_without_error(con, line):
 
 
 # ---- hostlists ------------------------------------------------------------------------------------
+
 
 def compress(prefix: str, numbers: list[int], width: int) -> str:
     """A reference writer: consecutive runs as lo-hi, zero-padded to `width`."""
@@ -130,8 +142,13 @@ prefixes = st.from_regex(r"[a-z][a-z0-9-]{0,8}", fullmatch=True).filter(lambda p
 
 
 @SETTINGS
-@given(groups=st.lists(st.tuples(prefixes, st.lists(st.integers(0, 9999), min_size=1, max_size=30),
-                                 st.integers(1, 5)), min_size=1, max_size=4))
+@given(
+    groups=st.lists(
+        st.tuples(prefixes, st.lists(st.integers(0, 9999), min_size=1, max_size=30), st.integers(1, 5)),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_hostlist_expands_to_exactly_the_hosts_written(groups):
     expr, want = [], []
     for prefix, numbers, width in groups:

@@ -4,9 +4,9 @@ import shutil
 
 import pytest
 
-from rules.engine import RunResult, Settings, prepare, run_rule
-from rules.pack import RULES_DIR, Rule, RuleFileError, default_pack, load_pack, validate_pack
-from rules.testing import run_tests
+from workload_attribution.rules.engine import RunResult, Settings, prepare, run_rule
+from workload_attribution.rules.pack import RULES_DIR, Rule, RuleFileError, default_pack, load_pack, validate_pack
+from workload_attribution.rules.testing import run_tests
 
 
 def test_every_rule_has_passing_test_cases():
@@ -25,14 +25,22 @@ def test_the_pack_version_changes_with_any_rule_file(tmp_path):
     assert load_pack(copy).version != before
 
 
-@pytest.mark.parametrize("mutate,field", [
-    (lambda d: d.replace("phase: final", "phase: finale"), "phase"),
-    (lambda d: d.replace("version: 1", "version: zero"), "version"),
-    (lambda d: d.replace("id: verdict-fallback", "id: Bad Id!"), "id"),
-    (lambda d: d.replace("output: verdicts", "output: verdicts\npython: rules.python.nvlink5:decode_events"), "rule"),
-    (lambda d: d + "\nunknown_key: 1\n", "unknown_key"),
-    (lambda d: d.replace("id: verdict-fallback", "id: [verdict-fallback"), "yaml"),
-])
+@pytest.mark.parametrize(
+    "mutate,field",
+    [
+        (lambda d: d.replace("phase: final", "phase: finale"), "phase"),
+        (lambda d: d.replace("version: 1", "version: zero"), "version"),
+        (lambda d: d.replace("id: verdict-fallback", "id: Bad Id!"), "id"),
+        (
+            lambda d: d.replace(
+                "output: verdicts", "output: verdicts\npython: workload_attribution.rules.python.nvlink5:decode_events"
+            ),
+            "rule",
+        ),
+        (lambda d: d + "\nunknown_key: 1\n", "unknown_key"),
+        (lambda d: d.replace("id: verdict-fallback", "id: [verdict-fallback"), "yaml"),
+    ],
+)
 def test_broken_rule_files_name_file_rule_and_field(tmp_path, mutate, field):
     copy = tmp_path / "rules"
     shutil.copytree(RULES_DIR, copy, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
@@ -54,17 +62,36 @@ def test_rule_in_the_wrong_phase_directory(tmp_path):
 
 def test_extract_rule_on_logs_needs_a_prefilter():
     with pytest.raises(ValueError, match="prefilter"):
-        Rule.model_validate({"id": "x", "version": 1, "phase": "extract", "description": "a rule without prefilter",
-                             "output": "events", "sources": ["syslog"], "sql": "SELECT 1", "tests": [{"name": "t"}]})
+        Rule.model_validate(
+            {
+                "id": "x",
+                "version": 1,
+                "phase": "extract",
+                "description": "a rule without prefilter",
+                "output": "events",
+                "sources": ["syslog"],
+                "sql": "SELECT 1",
+                "tests": [{"name": "t"}],
+            }
+        )
 
 
 def test_sql_failing_at_run_time_is_reported_and_the_rest_runs(staging):
     pack = default_pack()
     prepare(staging, pack, Settings())
-    bad = Rule.model_validate({"id": "broken", "version": 1, "phase": "final", "description": "refers to a missing table",
-                               "output": "verdicts", "sql": "SELECT * FROM no_such_table", "tests": [{"name": "t"}]})
+    bad = Rule.model_validate(
+        {
+            "id": "broken",
+            "version": 1,
+            "phase": "final",
+            "description": "refers to a missing table",
+            "output": "verdicts",
+            "sql": "SELECT * FROM no_such_table",
+            "tests": [{"name": "t"}],
+        }
+    )
     result = RunResult()
-    run_rule(staging, bad, Settings(), result)
-    run_rule(staging, next(r for r in pack.rules if r.id == "verdict-fallback"), Settings(), result)
+    run_rule(staging, pack, bad, Settings(), result)
+    run_rule(staging, pack, next(r for r in pack.rules if r.id == "verdict-fallback"), Settings(), result)
     assert result.failed[0]["rule"] == "broken" and "no_such_table" in result.failed[0]["error"]
     assert "verdict-fallback" in result.fired

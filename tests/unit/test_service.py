@@ -14,9 +14,10 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from attribution.config import Config
-from attribution.service import create_app, sign
 from tests.conftest import WORKED
+from workload_attribution.flows.config import Config
+from workload_attribution.service.app import create_app
+from workload_attribution.service.auth import sign
 
 TOKEN, SECRET = "tok-123", "sec-456"
 FAILED = {"cluster": "eos", "job_id": "4191701", "state": "FAILED", "nodes": "gb-r12-n[01-06]", "exit_code": "1:0"}
@@ -35,7 +36,11 @@ class MustNotStart:
 def env(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTRIBUTION_API_TOKEN", TOKEN)
     monkeypatch.setenv("ATTRIBUTION_WEBHOOK_SECRET", SECRET)
-    cfg = Config(warehouse=str(tmp_path / "w.duckdb"), clusters={"eos": {"scheduler": "slurm"}})
+    cfg = Config(
+        warehouse=str(tmp_path / "w.duckdb"),
+        clusters={"eos": {"scheduler": "slurm"}, "k8s": {"scheduler": "kueue"}},
+        service={"outbox_dir": str(tmp_path / "outbox")},
+    )
     trigger = MustNotStart()
     return TestClient(create_app(cfg, trigger)), trigger, cfg
 
@@ -49,14 +54,17 @@ def post_slurm(client, doc, headers=None):
     return client.post("/v1/webhooks/slurm", content=body, headers=headers if headers is not None else signed(body))
 
 
-@pytest.mark.parametrize("case, headers, status", [
-    ("no signature", {}, 401),
-    ("signature of another body", "other", 403),
-    ("wrong secret", "wrong-secret", 403),
-    ("stale timestamp", "stale", 403),
-    ("future timestamp", "future", 403),
-    ("malformed timestamp", "malformed", 403),
-])
+@pytest.mark.parametrize(
+    "case, headers, status",
+    [
+        ("no signature", {}, 401),
+        ("signature of another body", "other", 403),
+        ("wrong secret", "wrong-secret", 403),
+        ("stale timestamp", "stale", 403),
+        ("future timestamp", "future", 403),
+        ("malformed timestamp", "malformed", 403),
+    ],
+)
 def test_webhook_signature_is_required(env, case, headers, status):
     client, trigger, _ = env
     body = json.dumps(FAILED).encode()
@@ -78,8 +86,9 @@ def test_webhook_signature_is_required(env, case, headers, status):
     assert "attribution_auth_failures_total" in client.get("/metrics").text
 
 
-@pytest.mark.parametrize("auth, status", [(None, 401), ("Bearer nope", 403), ("Basic dG9rLTEyMw==", 403),
-                                          (f"Bearer {TOKEN}x", 403)])
+@pytest.mark.parametrize(
+    "auth, status", [(None, 401), ("Bearer nope", 403), ("Basic dG9rLTEyMw==", 403), (f"Bearer {TOKEN}x", 403)]
+)
 def test_bearer_token_is_required(env, auth, status):
     client, trigger, _ = env
     headers = {"Authorization": auth} if auth else {}
@@ -95,27 +104,31 @@ def test_oversized_body_is_refused_before_reading_it_all(env):
     body = json.dumps({**FAILED, "nodes": "n" * 70000}).encode()
     assert client.post("/v1/webhooks/slurm", content=body, headers=signed(body)).status_code == 413
 
-    def chunks():   # no Content-Length: counted while streaming
+    def chunks():  # no Content-Length: counted while streaming
         for _ in range(100):
             yield b"x" * 1024
+
     r = client.post("/v1/webhooks/slurm", content=chunks(), headers={"Content-Type": "application/json"})
     assert r.status_code == 413
     assert trigger.calls == []
 
 
-@pytest.mark.parametrize("doc, field", [
-    (b"{not json", "body"),
-    ({**FAILED, "job_id": "123; DROP TABLE diagnoses"}, "job_id"),
-    ({**FAILED, "job_id": 123456}, "job_id"),
-    ({**FAILED, "state": "FAILED\nX-Injected: 1"}, "state"),
-    ({**FAILED, "cluster": "../etc"}, "cluster"),
-    ({**FAILED, "attempt": -1}, "attempt"),
-    ({**FAILED, "attempt": "one"}, "attempt"),
-    ({**FAILED, "start": "yesterday"}, "start"),
-    ({**FAILED, "unexpected": 1}, "unexpected"),
-    ({k: v for k, v in FAILED.items() if k != "state"}, "state"),
-    ({**FAILED, "cluster": "other"}, "cluster"),      # not a configured cluster
-])
+@pytest.mark.parametrize(
+    "doc, field",
+    [
+        (b"{not json", "body"),
+        ({**FAILED, "job_id": "123; DROP TABLE diagnoses"}, "job_id"),
+        ({**FAILED, "job_id": 123456}, "job_id"),
+        ({**FAILED, "state": "FAILED\nX-Injected: 1"}, "state"),
+        ({**FAILED, "cluster": "../etc"}, "cluster"),
+        ({**FAILED, "attempt": -1}, "attempt"),
+        ({**FAILED, "attempt": "one"}, "attempt"),
+        ({**FAILED, "start": "yesterday"}, "start"),
+        ({**FAILED, "unexpected": 1}, "unexpected"),
+        ({k: v for k, v in FAILED.items() if k != "state"}, "state"),
+        ({**FAILED, "cluster": "other"}, "cluster"),  # not a configured cluster
+    ],
+)
 def test_malformed_webhook_is_422_naming_the_field(env, doc, field):
     client, trigger, _ = env
     body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
@@ -125,17 +138,28 @@ def test_malformed_webhook_is_422_naming_the_field(env, doc, field):
     assert trigger.calls == []
 
 
-@pytest.mark.parametrize("doc, error", [
-    ({"cluster": "eos"}, "either job_id or nodes"),
-    ({"cluster": "eos", "job_id": "1", "nodes": ["a"]}, "either job_id or nodes"),
-    ({"cluster": "eos", "nodes": ["a"], "start": "2026-11-20T10:00:00Z"}, "nodes need start and end"),
-    ({"cluster": "eos", "nodes": ["a"], "start": "2026-11-20T10:00:00Z", "end": "2026-11-20T09:00:00Z"},
-     "end must be after start"),
-    ({"cluster": "eos", "nodes": ["a"], "start": "2026-11-20T10:00:00", "end": "2026-11-20T11:00:00"},
-     "time zone"),
-    ({"cluster": "eos", "nodes": ["host with space"], "start": "2026-11-20T10:00:00Z", "end": "2026-11-20T11:00:00Z"},
-     "pattern"),
-])
+@pytest.mark.parametrize(
+    "doc, error",
+    [
+        ({"cluster": "eos"}, "either job_id or nodes"),
+        ({"cluster": "eos", "job_id": "1", "nodes": ["a"]}, "either job_id or nodes"),
+        ({"cluster": "eos", "nodes": ["a"], "start": "2026-11-20T10:00:00Z"}, "nodes need start and end"),
+        (
+            {"cluster": "eos", "nodes": ["a"], "start": "2026-11-20T10:00:00Z", "end": "2026-11-20T09:00:00Z"},
+            "end must be after start",
+        ),
+        ({"cluster": "eos", "nodes": ["a"], "start": "2026-11-20T10:00:00", "end": "2026-11-20T11:00:00"}, "time zone"),
+        (
+            {
+                "cluster": "eos",
+                "nodes": ["host with space"],
+                "start": "2026-11-20T10:00:00Z",
+                "end": "2026-11-20T11:00:00Z",
+            },
+            "pattern",
+        ),
+    ],
+)
 def test_explicit_attempt_validation(env, doc, error):
     client, trigger, _ = env
     r = client.post("/v1/attempts", json=doc, headers={"Authorization": f"Bearer {TOKEN}"})
@@ -148,10 +172,19 @@ def test_completed_attempts_are_recorded_not_diagnosed(env):
     client, trigger, _ = env
     r = post_slurm(client, {**FAILED, "state": "COMPLETED", "exit_code": "0:0"})
     assert r.status_code == 200
-    assert r.json() == {"status": "recorded", "idempotency_key": "eos:slurm:4191701:0", "flow_run_id": None,
-                        "duplicate": False, "reason": "job COMPLETED"}
-    wl = {"cluster": "eos", "namespace": "team-a", "name": "train-1",
-          "conditions": [{"type": "Finished", "status": "True", "reason": "Succeeded"}]}
+    assert r.json() == {
+        "status": "recorded",
+        "idempotency_key": "eos:slurm:4191701:0",
+        "flow_run_id": None,
+        "duplicate": False,
+        "reason": "job COMPLETED",
+    }
+    wl = {
+        "cluster": "k8s",
+        "namespace": "team-a",
+        "name": "train-1",
+        "conditions": [{"type": "Finished", "status": "True", "reason": "Succeeded"}],
+    }
     body = json.dumps(wl).encode()
     r = client.post("/v1/webhooks/kubernetes", content=body, headers=signed(body))
     assert r.status_code == 200 and r.json()["status"] == "recorded"
@@ -164,6 +197,7 @@ def test_prefect_down_is_503_with_retry_after(env, monkeypatch):
 
     async def down(key, parameters, tags):
         raise ConnectionError("All connection attempts failed")
+
     monkeypatch.setattr(trigger, "start", down)
     r = post_slurm(client, FAILED)
     assert r.status_code == 503 and r.headers["Retry-After"] == "10"
@@ -172,20 +206,24 @@ def test_prefect_down_is_503_with_retry_after(env, monkeypatch):
 
 
 def test_reads_come_from_the_warehouse(env):
-    from flows.inline import attribute_inline
-    from flows.pipeline import Request
-    from rules.pack import default_pack
+    from tests.helpers import diagnose
 
     client, _, cfg = env
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    assert client.get("/v1/diagnoses", headers=auth).json()["items"] == []     # no warehouse yet: empty, not an error
-    d = attribute_inline(Request(bundle=str(WORKED), warehouse=cfg.warehouse), default_pack())
-    items = client.get("/v1/diagnoses", params={"cluster": "eos", "terminal_state": "hardware_failure"},
-                       headers=auth).json()["items"]
+    assert client.get("/v1/diagnoses", headers=auth).json()["items"] == []  # no warehouse yet: empty, not an error
+    d = diagnose(WORKED, warehouse=cfg.warehouse)
+    items = client.get(
+        "/v1/diagnoses", params={"cluster": "eos", "terminal_state": "hardware_failure"}, headers=auth
+    ).json()["items"]
     assert [i["diagnosis_id"] for i in items] == [d.diagnosis_id]
     assert items[0]["affected_nodes"] == ["gb-r12-n04"] and items[0]["attempt_end"].startswith("2026-11-20T12:13:07")
-    for params in ({"cluster": "other"}, {"terminal_state": "completed"}, {"node": "gb-r12-n01"},
-                   {"since": "2026-11-21T00:00:00Z"}, {"until": "2026-11-20T00:00:00Z"}):
+    for params in (
+        {"cluster": "other"},
+        {"terminal_state": "completed"},
+        {"node": "gb-r12-n01"},
+        {"since": "2026-11-21T00:00:00Z"},
+        {"until": "2026-11-20T00:00:00Z"},
+    ):
         assert client.get("/v1/diagnoses", params=params, headers=auth).json()["items"] == [], params
     doc = client.get(f"/v1/diagnoses/{d.diagnosis_id}", headers=auth).json()
     assert doc["diagnosis_id"] == d.diagnosis_id and doc["sub_domain"] == "nvlink"
@@ -200,14 +238,21 @@ def test_reads_come_from_the_warehouse(env):
 def test_openapi_documents_every_endpoint_and_payload(env):
     client, _, _ = env
     spec = client.get("/openapi.json").json()
-    assert {"/v1/webhooks/slurm", "/v1/webhooks/kubernetes", "/v1/attempts", "/v1/diagnoses",
-            "/v1/diagnoses/{diagnosis_id}", "/healthz", "/metrics"} <= set(spec["paths"])
+    assert {
+        "/v1/webhooks/slurm",
+        "/v1/webhooks/kubernetes",
+        "/v1/attempts",
+        "/v1/diagnoses",
+        "/v1/diagnoses/{diagnosis_id}",
+        "/healthz",
+        "/metrics",
+    } <= set(spec["paths"])
     body = spec["paths"]["/v1/webhooks/slurm"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert {"cluster", "job_id", "state"} <= set(body["required"])
 
 
 def test_serve_refuses_to_start_without_secrets(monkeypatch, capsys):
-    from attribution.cli import main
+    from workload_attribution.cli import main
 
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:1/api")
     monkeypatch.delenv("ATTRIBUTION_API_TOKEN", raising=False)
@@ -220,25 +265,33 @@ def test_serve_refuses_to_start_without_secrets(monkeypatch, capsys):
 
 
 def test_dashboard_needs_the_token_and_escapes_what_it_shows(env):
-    from flows.inline import attribute_inline
-    from flows.pipeline import Request
-    from rules.pack import default_pack
-    from warehouse.store import Warehouse
+    from tests.helpers import diagnose
+    from workload_attribution.warehouse.store import Warehouse
 
     client, _, cfg = env
-    d = attribute_inline(Request(bundle=str(WORKED)), default_pack())
+    d = diagnose(WORKED)
     hostile = "<img src=x onerror=alert(1)>"
     Warehouse(cfg.warehouse).write(d.model_copy(update={"explanation": hostile}))
     r = client.get("/ui", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/ui/login"
     assert client.get(f"/ui/diagnoses/{d.diagnosis_id}", follow_redirects=False).status_code == 303
-    r = client.post("/ui/login", content=b"token=nope", headers={"Content-Type": "application/x-www-form-urlencoded"},
-                    follow_redirects=False)
+    r = client.post(
+        "/ui/login",
+        content=b"token=nope",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+        follow_redirects=False,
+    )
     assert r.status_code == 403 and "attribution_token" not in r.headers.get("set-cookie", "")
-    r = client.post("/ui/login", content=f"token={TOKEN}".encode(),
-                    headers={"Content-Type": "application/x-www-form-urlencoded"}, follow_redirects=False)
-    assert r.status_code == 303 and "HttpOnly" in r.headers["set-cookie"] and "SameSite=strict" in r.headers["set-cookie"]
-    page = client.get(f"/ui/diagnoses/{d.diagnosis_id}").text   # the cookie is kept by the client
+    r = client.post(
+        "/ui/login",
+        content=f"token={TOKEN}".encode(),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+        follow_redirects=False,
+    )
+    assert (
+        r.status_code == 303 and "HttpOnly" in r.headers["set-cookie"] and "SameSite=strict" in r.headers["set-cookie"]
+    )
+    page = client.get(f"/ui/diagnoses/{d.diagnosis_id}").text  # the cookie is kept by the client
     assert hostile not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     client.cookies.clear()
     assert client.get("/ui", follow_redirects=False).status_code == 303
@@ -253,19 +306,26 @@ class SlowPrefect:
 
     async def start(self, key, parameters, tags):
         import asyncio
+
         await asyncio.sleep(self.delay)
         if self.fail:
             raise RuntimeError("database is locked")
         self.created.append(key)
         return f"run-{len(self.created)}", False
 
+    async def reset(self):
+        pass
+
 
 @pytest.mark.parametrize("fail", [False, True])
 def test_a_busy_orchestrator_gets_the_caller_an_answer_in_time_and_the_run_still_made(monkeypatch, tmp_path, fail):
     monkeypatch.setenv("ATTRIBUTION_API_TOKEN", TOKEN)
     monkeypatch.setenv("ATTRIBUTION_WEBHOOK_SECRET", SECRET)
-    cfg = Config(warehouse=str(tmp_path / "w.duckdb"), clusters={"eos": {"scheduler": "slurm"}},
-                 service={"answer_within_s": 0.2})
+    cfg = Config(
+        warehouse=str(tmp_path / "w.duckdb"),
+        clusters={"eos": {"scheduler": "slurm"}},
+        service={"answer_within_s": 0.2, "outbox_dir": str(tmp_path / "outbox")},
+    )
     slow = SlowPrefect(0.6, fail=fail)
     with TestClient(create_app(cfg, slow)) as client:
         started = time.monotonic()
@@ -273,7 +333,7 @@ def test_a_busy_orchestrator_gets_the_caller_an_answer_in_time_and_the_run_still
         assert time.monotonic() - started < 0.5
         assert r.status_code == 202 and r.json()["status"] == "queued" and r.json()["flow_run_id"] is None
         assert r.json()["idempotency_key"] == "eos:slurm:4191701:0"
-        time.sleep(1.0)   # the creation goes on after the answer
+        time.sleep(1.0)  # the creation goes on after the answer
         metrics = client.get("/metrics").text
     if fail:
         assert slow.created == [] and "attribution_trigger_failures_total 1.0" in metrics

@@ -6,25 +6,30 @@ import sys
 
 import pytest
 
-from flows.inline import attribute_inline
-from flows.pipeline import Request
-from rules.pack import default_pack
 from tests.conftest import ROOT
+from tests.helpers import diagnose
 from tests.scenarios.generator import generate
-from warehouse.store import Warehouse, views
+from workload_attribution.rules.pack import default_pack
+from workload_attribution.warehouse.store import Warehouse, views
 
 
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory):
     out = tmp_path_factory.mktemp("seed")
-    paths = generate(out, per_class=2, seed=99, classes=["gpu", "gpu_memory", "network_link", "user_code", "time_limit"])
+    paths = generate(
+        out, per_class=2, seed=99, classes=["gpu", "gpu_memory", "network_link", "user_code", "time_limit"]
+    )
     wh = out / "w.duckdb"
     pack = default_pack()
-    diagnoses = [attribute_inline(Request(bundle=str(p), warehouse=str(wh)), pack) for p in paths]
+    diagnoses = [diagnose(p, warehouse=wh, pack=pack) for p in paths]
     # the same host failing twice in a week: re-blame one gpu failure's host in another attempt
     d = diagnoses[0]
-    again = d.model_copy(update={"diagnosis_id": d.diagnosis_id + "-again",
-                                 "attempt": d.attempt.model_copy(update={"job_id": "999999", "end": d.attempt.end})})
+    again = d.model_copy(
+        update={
+            "diagnosis_id": d.diagnosis_id + "-again",
+            "attempt": d.attempt.model_copy(update={"job_id": "999999", "end": d.attempt.end}),
+        }
+    )
     Warehouse(wh).write(again)
     return wh, diagnoses, d.affected_nodes[0]
 
@@ -50,13 +55,33 @@ def test_failures_per_host_counts_only_blamed_hosts(warehouse):
 
 def test_query_command(warehouse):
     wh, _, node = warehouse
-    r = subprocess.run([sys.executable, "-m", "attribution.cli", "query", "repeat_offenders", "--format", "json",
-                        "--warehouse", str(wh)], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workload_attribution",
+            "query",
+            "repeat_offenders",
+            "--format",
+            "json",
+            "--warehouse",
+            str(wh),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 0 and json.loads(r.stdout)[0]["node"] == node
-    r = subprocess.run([sys.executable, "-m", "attribution.cli", "query", "--list"], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "workload_attribution", "query", "--list"], capture_output=True, text=True, cwd=ROOT
+    )
     assert "repeat_offenders" in r.stdout and "14 days" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "attribution.cli", "query", "SELECT * FROM nope", "--warehouse", str(wh)],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "workload_attribution", "query", "SELECT * FROM nope", "--warehouse", str(wh)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 2 and "query failed" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -64,5 +89,6 @@ def test_coverage_gaps_share_is_of_all_attempts(warehouse):
     wh, diagnoses, _ = warehouse
     cols, rows = Warehouse(wh).query(
         "SELECT g.attempts, g.pct_of_source, (SELECT count(*) FROM diagnoses d WHERE d.cluster = g.cluster) AS n "
-        "FROM coverage_gaps g WHERE source = 'scheduler_log' AND status = 'unavailable'")
+        "FROM coverage_gaps g WHERE source = 'scheduler_log' AND status = 'unavailable'"
+    )
     assert rows and all(abs(pct - round(100.0 * attempts / n, 1)) < 0.11 for attempts, pct, n in rows)

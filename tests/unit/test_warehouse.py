@@ -8,16 +8,15 @@ import time
 import duckdb
 import pytest
 
-from flows.inline import attribute_inline
-from flows.pipeline import Request
-from rules.pack import default_pack
 from tests.conftest import ROOT, WORKED
-from warehouse.store import Warehouse, WarehouseLocked
+from tests.helpers import diagnose
+from workload_attribution.rules.pack import default_pack
+from workload_attribution.warehouse.store import Warehouse, WarehouseLocked
 
 
 @pytest.fixture(scope="module")
 def diagnosis():
-    return attribute_inline(Request(bundle=str(WORKED)), default_pack())
+    return diagnose(WORKED, pack=default_pack())
 
 
 def test_rediagnosing_replaces_never_duplicates(tmp_path, diagnosis):
@@ -26,8 +25,9 @@ def test_rediagnosing_replaces_never_duplicates(tmp_path, diagnosis):
     again = diagnosis.model_copy(update={"recommended_action": "reboot_node"})
     wh.write(again)
     with wh.connect(read_only=True) as con:
-        assert con.execute("SELECT count(*), any_value(recommended_action), any_value(rules_version) FROM diagnoses").fetchone() \
-            == (1, "reboot_node", diagnosis.rules.version)
+        assert con.execute(
+            "SELECT count(*), any_value(recommended_action), any_value(rules_version) FROM diagnoses"
+        ).fetchone() == (1, "reboot_node", diagnosis.rules.version)
         n_sym = con.execute("SELECT count(*) FROM diagnosis_symptoms").fetchone()[0]
         assert n_sym == len(diagnosis.symptoms)
         assert con.execute("SELECT list(node) FROM diagnosis_affected_nodes").fetchone()[0] == ["gb-r12-n04"]
@@ -49,8 +49,8 @@ def test_schema_newer_than_the_code_is_refused(tmp_path, diagnosis):
 WRITER = textwrap.dedent("""
     import sys, json
     sys.path.insert(0, {root!r})
-    from attribution.models import Diagnosis
-    from warehouse.store import Warehouse
+    from workload_attribution.contracts.models import Diagnosis
+    from workload_attribution.warehouse.store import Warehouse
     d = Diagnosis.model_validate_json(open({src!r}).read())
     d.attempt.job_id = sys.argv[1]
     d.diagnosis_id = "id-" + sys.argv[1]
@@ -66,8 +66,10 @@ def test_two_writer_processes_both_land(tmp_path, diagnosis):
     wh = tmp_path / "w.duckdb"
     script = tmp_path / "writer.py"
     script.write_text(WRITER.format(root=str(ROOT), src=str(src), wh=str(wh)))
-    procs = [subprocess.Popen([sys.executable, str(script), job], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for job in ("a", "b", "c")]
+    procs = [
+        subprocess.Popen([sys.executable, str(script), job], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for job in ("a", "b", "c")
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outs
     con = duckdb.connect(str(wh), read_only=True)
@@ -78,9 +80,15 @@ def test_two_writer_processes_both_land(tmp_path, diagnosis):
 def test_a_held_lock_makes_the_writer_wait_then_fail_loudly(tmp_path, diagnosis):
     wh = tmp_path / "w.duckdb"
     Warehouse(wh).write(diagnosis)
-    holder = subprocess.Popen([sys.executable, "-c",
-                               f"import duckdb,time; c=duckdb.connect({str(wh)!r}); print('held', flush=True); time.sleep(30)"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb,time; c=duckdb.connect({str(wh)!r}); print('held', flush=True); time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         started = time.monotonic()

@@ -1,0 +1,117 @@
+"""What every command shares: exit codes, flags accepted anywhere, messages, progress, configuration."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from workload_attribution.contracts.errors import BadInput, NotStored, SourceError, first_line
+
+EXIT_OK, EXIT_BUG, EXIT_BAD_INPUT, EXIT_NOT_STORED = 0, 1, 2, 3
+
+__all__ = ["BadInput", "EXIT_BAD_INPUT", "EXIT_BUG", "EXIT_NOT_STORED", "EXIT_OK", "Exit", "first_line"]
+
+
+class Exit(Exception):
+    """Leave the command with this exit code (after its output)."""
+
+    def __init__(self, code: int):
+        self.code = code
+
+
+def exit_code(exc: BaseException) -> int:
+    """The one mapping from an error to the exit code."""
+    if isinstance(exc, NotStored):
+        return EXIT_NOT_STORED
+    if isinstance(exc, (BadInput, SourceError)):  # a source that cannot scope the attempt: the setup's fault
+        return EXIT_BAD_INPUT
+    return EXIT_BUG
+
+
+def add_global_flags(parser: argparse.ArgumentParser, top: bool = True) -> None:
+    """--debug, -q and --config, accepted before or after the command."""
+    default: Any = argparse.SUPPRESS
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=False if top else default,
+        help="show the traceback of an internal error",
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", default=False if top else default, help="no progress on stderr"
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None if top else default,
+        help="YAML configuration (default: $ATTRIBUTION_CONFIG, else ./attribution.yaml)",
+    )
+
+
+def command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(name, **kwargs)
+    add_global_flags(p, top=False)
+    return p
+
+
+def say(message: str) -> None:
+    print(f"attribution: {message}", file=sys.stderr, flush=True)
+
+
+def silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+
+
+class Progress:
+    """One line per step on stderr when it is a terminal (or when forced), nothing with -q."""
+
+    def __init__(self, args: argparse.Namespace, force: bool = False):
+        self.on = not getattr(args, "quiet", False) and (force or sys.stderr.isatty())
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, message: str, final: bool = True) -> None:
+        if not self.on:
+            return
+        if self.tty and not final:
+            print(f"\r\033[K{message}", end="", file=sys.stderr, flush=True)
+        else:
+            print(("\r\033[K" if self.tty else "") + message, file=sys.stderr, flush=True)
+
+
+def load_config(args: argparse.Namespace, **overrides: Any):
+    """The configuration: defaults < file (--config, $ATTRIBUTION_CONFIG, ./attribution.yaml) < environment
+    (ATTRIBUTION_*) < these flags."""
+    from workload_attribution.flows.config import load_config as load
+
+    return load(getattr(args, "config", None), **{k: v for k, v in overrides.items() if v is not None})
+
+
+def rules_dir(args: argparse.Namespace, cfg: Any = None) -> str | None:
+    """The rules pack every command uses: --rules-dir > $ATTRIBUTION_RULES_DIR > config > shipped (None)."""
+    flag = getattr(args, "rules_dir", None)
+    if flag:
+        return str(flag)
+    if cfg is None:
+        cfg = load_config(args)
+    return cfg.rules_dir or None
+
+
+def writable_dir(path: str, what: str) -> None:
+    """Refuse, before any work, a place to write that cannot be written."""
+    from pathlib import Path
+
+    p = Path(path)
+    probe = p if p.is_dir() else p.parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if p.exists() and not p.is_dir() and what.endswith("directory"):
+        raise BadInput(f"{what} {path}: exists and is not a directory")
+    if not os.access(probe, os.W_OK):
+        raise BadInput(f"{what} {path}: {probe} is not writable")

@@ -1,0 +1,42 @@
+"""`attribution deploy`: the work pool and the Prefect deployments, applied to PREFECT_API_URL."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from workload_attribution.cli import common
+from workload_attribution.cli.common import EXIT_OK, BadInput
+
+
+def add(sub: Any) -> None:
+    dp = common.command(
+        sub,
+        "deploy",
+        help="apply the Prefect deployments to the server in PREFECT_API_URL",
+        description="Create the process work pool (if missing) and apply the deployments "
+        "attribute-attempt/attempt and backfill/nightly (02:30 UTC). Flows are referenced "
+        "by import path: any worker with this package installed can run them.",
+    )
+    dp.add_argument("--pool", default="attribution", help="process work pool (created if missing)")
+    dp.add_argument("--print-yaml", action="store_true", help="print the same deployments as a prefect.yaml")
+    dp.set_defaults(func=run)
+
+
+def need_prefect_server() -> None:
+    if not os.environ.get("PREFECT_API_URL"):
+        raise BadInput("set PREFECT_API_URL to the Prefect server (e.g. http://127.0.0.1:4200/api)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from workload_attribution.flows import deployments
+
+    if args.print_yaml:
+        print(deployments.render_yaml(args.pool), end="")
+        return EXIT_OK
+    need_prefect_server()
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    for name in deployments.apply(args.pool):
+        print(f"applied {name} (pool {args.pool})")
+    return EXIT_OK

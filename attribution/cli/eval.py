@@ -1,0 +1,77 @@
+"""`attribution eval DIR`: how well the rules do on bundles that carry their expected diagnosis."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from workload_attribution.cli import common
+from workload_attribution.cli.common import EXIT_BUG, EXIT_OK, BadInput
+
+
+def add(sub: Any) -> None:
+    e = common.command(
+        sub,
+        "eval",
+        help="measure the rules on bundles that carry expected.json",
+        description=(
+            "Diagnose every bundle under DIR that has an expected.json (in this process, nothing stored) and print a "
+            "per-class table: exact match of terminal_state + sub_domain + affected_nodes (against the label or one of "
+            "its also_acceptable), each field, healthy nodes blamed; then every miss. Exit 0 when every bundle "
+            "matches, 1 otherwise."
+        ),
+    )
+    e.add_argument("dir", metavar="DIR")
+    e.add_argument("--rules-dir", metavar="DIR", help="rules pack directory (default: config, else the shipped pack)")
+    e.add_argument("--json", action="store_true", help="one JSON record per bundle")
+    e.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from workload_attribution.flows.evaluation import evaluate, find_bundles
+    from workload_attribution.flows.pipeline import load_rules
+
+    if not Path(args.dir).is_dir():
+        raise BadInput(f"{args.dir}: no such directory")
+    if not find_bundles(Path(args.dir)):
+        raise BadInput(f"{args.dir}: no bundle with an expected.json under it")
+    pack = load_rules(common.rules_dir(args))
+    progress = common.Progress(args)
+    report = evaluate(Path(args.dir), pack, lambda i, n: progress(f"[{i}/{n}] diagnosed", final=i == n))
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "bundle": o.bundle,
+                        "class": o.cls,
+                        "exact": o.exact,
+                        "expected": o.expected,
+                        "got": o.got,
+                        "healthy_blamed": o.healthy_blamed,
+                        "error": o.error,
+                    }
+                    for o in report.outcomes
+                ],
+                indent=2,
+            )
+        )
+        return EXIT_OK if not report.misses() else EXIT_BUG
+    print(report.table())
+    misses = report.misses()
+    if misses:
+        print(f"\n{len(misses)} miss(es):")
+        for o in misses:
+            e, g = o.expected, o.got or {}
+            print(
+                f"  {o.bundle}\n"
+                f"    expected {e['terminal_state']}/{e['sub_domain']} {sorted(e.get('affected_nodes') or [])}"
+                f"\n    got      {g.get('terminal_state')}/{g.get('sub_domain')} "
+                f"{sorted(g.get('affected_nodes') or [])}"
+                f" root={g.get('root')} {o.error or ''}"
+            )
+    n = len(report.outcomes)
+    print(f"\n{n} bundle(s) in {report.seconds:.1f} s ({report.seconds / n:.2f} s each), rules {pack.version}")
+    return EXIT_OK if not misses else EXIT_BUG

@@ -1,0 +1,85 @@
+"""`attribution rules list | validate | test`: the rules pack the diagnoses use."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from workload_attribution.cli import common
+from workload_attribution.cli.common import EXIT_BAD_INPUT, EXIT_BUG, EXIT_OK, BadInput
+
+
+def add(sub: Any) -> None:
+    r = common.command(
+        sub,
+        "rules",
+        help="list, validate or test the rules pack",
+        description=(
+            "The rules pack `diagnose` uses (--rules-dir > $ATTRIBUTION_RULES_DIR > config rules_dir > the shipped "
+            "pack). validate: every file, every problem, one line each (exit 2 when any); list: the rules by phase "
+            "and the precedence of verdicts; test: the test cases beside each rule (exit 1 when any fails)."
+        ),
+    )
+    r.add_argument("action", choices=["list", "validate", "test"])
+    r.add_argument("--rules-dir", metavar="DIR", help="rules pack directory")
+    r.add_argument("--rule", metavar="ID", help="test only this rule")
+    r.add_argument("--json", action="store_true", help="list as JSON")
+    r.add_argument("-v", "--verbose", action="store_true", help="show passing test cases too")
+    r.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from workload_attribution.rules.pack import RULES_DIR, load_pack, validate_pack
+    from workload_attribution.rules.testing import run_tests
+
+    rules_dir = Path(common.rules_dir(args) or RULES_DIR)
+    if not rules_dir.is_dir():
+        raise BadInput(f"rules pack {rules_dir}: no such directory")
+    pack, errors = validate_pack(rules_dir)
+    if errors:
+        for e in errors:
+            print(f"INVALID {e}")
+        common.say(f"rules pack {rules_dir}: {len(errors)} problem(s)")
+        return EXIT_BAD_INPUT
+    assert pack is not None
+    if args.action == "validate":
+        print(f"rules pack {rules_dir} {pack.version}: {len(pack.rules)} rule(s) valid")
+        return EXIT_OK
+    if args.action == "list":
+        if args.json:
+            print(
+                json.dumps(
+                    [
+                        {
+                            "id": r.id,
+                            "version": r.version,
+                            "phase": r.phase,
+                            "output": r.output,
+                            "sources": r.sources,
+                            "description": r.description.strip(),
+                            "tests": len(r.tests),
+                            "path": r.path,
+                        }
+                        for r in pack.rules
+                    ],
+                    indent=2,
+                )
+            )
+        else:
+            print(f"rules pack {rules_dir} {pack.version}")
+            for phase in ("extract", "early", "final", "report"):
+                for r in pack.by_phase(phase):
+                    print(f"  {phase:8} {r.id:32} v{r.version:<3} {r.output:11} {len(r.tests)} test(s)")
+        return EXIT_OK
+    if args.rule and args.rule not in {r.id for r in pack.rules}:
+        raise BadInput(f"no rule {args.rule!r} in {rules_dir} (rules: attribution rules list)")
+    results = run_tests(load_pack(rules_dir), only=args.rule)
+    failed = [c for c in results if not c.ok]
+    for c in results:
+        if not c.ok or args.verbose:
+            print(f"{'PASS' if c.ok else 'FAIL'} {c.rule} :: {c.case}" + (f"\n     {c.message}" if c.message else ""))
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return EXIT_OK if not failed else EXIT_BUG

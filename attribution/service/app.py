@@ -1,0 +1,220 @@
+"""The application: the routers of the service, what they share, and its life (the outbox drainer).
+
+triggers.py  POST /v1/webhooks/slurm, /v1/webhooks/kubernetes (HMAC), /v1/attempts (bearer)
+diagnose.py  POST /v1/diagnose (bearer): an attempt's evidence in, its diagnosis out
+reads.py     GET /v1/diagnoses, /v1/diagnoses/{id} (bearer)
+ui.py        /ui (token or session cookie)
+here         GET /healthz, GET /metrics (open)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from workload_attribution import version
+from workload_attribution.flows.config import Config
+from workload_attribution.service.auth import AuthError
+from workload_attribution.service.intake import Entry, Outbox, Trigger
+from workload_attribution.service.metrics import Metrics
+
+log = logging.getLogger("workload_attribution.service")
+access_log = logging.getLogger("workload_attribution.access")
+
+
+@dataclass
+class Services:
+    """What every route shares (app.state.svc)."""
+
+    cfg: Config
+    token: str | None
+    secret: str | None
+    trigger: Trigger
+    outbox: Outbox
+    metrics: Metrics
+    warehouse: Any
+    in_flight: dict[str, asyncio.Future] = field(default_factory=dict)
+    diagnose_slots: asyncio.Semaphore | None = None
+
+    def finish(self, entry: Entry, task: asyncio.Future, source: str, late: bool) -> None:
+        """A creation that outlived its request: the entry goes once the run exists; a failure
+        leaves it for the drainer."""
+        self.in_flight.pop(entry.key, None)
+        if task.cancelled() or task.exception() is not None:
+            why = "cancelled" if task.cancelled() else f"{type(task.exception()).__name__}: {task.exception()}"
+            self.metrics.trigger_failures.inc()
+            log.warning("flow run for %s not created yet (%s): the outbox keeps it", entry.key, why)
+            return
+        self.outbox.remove(entry)
+        self.metrics.triggers.labels(source, "started_late").inc()
+        if not task.result()[1]:
+            self.metrics.runs_started.labels(source).inc()
+        log.info("trigger %s %s: started after 'queued' (flow run %s)", source, entry.key, task.result()[0])
+
+    async def drain(self, stop: asyncio.Event, every_s: float = 1.0, older_than_s: float = 2.0) -> None:
+        """Create the flow runs of the outbox's entries, oldest first, until stopped. Entries of
+        requests still waiting for Prefect are theirs; a failure waits for the next round."""
+        backoff = every_s
+        while not stop.is_set():
+            delay = every_s
+            try:
+                for entry in await asyncio.to_thread(self.outbox.pending):
+                    if stop.is_set() or entry.key in self.in_flight or time.time() - entry.received < older_than_s:
+                        continue
+                    try:
+                        run_id, duplicate = await self.trigger.start(entry.key, entry.parameters, entry.tags)
+                    except Exception as exc:
+                        log.warning(
+                            "outbox: %s still waits for its flow run (%s: %s)",
+                            entry.key,
+                            type(exc).__name__,
+                            str(exc).splitlines()[0] if str(exc) else "",
+                        )
+                        backoff = min(backoff * 2, 30.0)
+                        delay = backoff
+                        break  # Prefect is down or busy: in order, later
+                    await asyncio.to_thread(self.outbox.remove, entry)
+                    self.metrics.triggers.labels(entry.source, "started_from_outbox").inc()
+                    if not duplicate:
+                        self.metrics.runs_started.labels(entry.source).inc()
+                    log.info("trigger %s %s: started from the outbox (flow run %s)", entry.source, entry.key, run_id)
+                else:
+                    backoff = every_s
+            except Exception:
+                log.exception("outbox drain failed")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+
+
+def default_outbox() -> str:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "workload-attribution", "outbox")
+
+
+def create_app(
+    cfg: Config, trigger: Trigger | None = None, dashboard_only: bool = False, insecure: bool = False
+) -> FastAPI:
+    """The service. Secrets come from the environment variables the configuration names; `attribution
+    serve` refuses to start without them unless --insecure-no-auth (a trusted network)."""
+    from workload_attribution.warehouse.reads import counts_by_terminal_state
+    from workload_attribution.warehouse.store import Warehouse
+
+    svc_cfg = cfg.service
+    token = os.environ.get(svc_cfg.token_env) or None
+    secret = os.environ.get(svc_cfg.webhook_secret_env) or None
+    warehouse = Warehouse(cfg.warehouse, lock_wait_s=10) if cfg.warehouse else None
+    outbox = None if dashboard_only else Outbox(svc_cfg.outbox_dir or default_outbox())
+    svc = Services(
+        cfg=cfg,
+        token=token,
+        secret=secret,
+        trigger=trigger or Trigger(svc_cfg.deployment),
+        outbox=outbox,  # type: ignore[arg-type]
+        metrics=Metrics(
+            lambda: counts_by_terminal_state(warehouse) if warehouse else [], outbox.stats if outbox else None
+        ),
+        warehouse=warehouse,
+        diagnose_slots=asyncio.Semaphore(svc_cfg.diagnose_concurrency),
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        stop = asyncio.Event()
+        drainer = asyncio.create_task(svc.drain(stop)) if outbox is not None else None
+        if outbox is not None:
+            depth, oldest = outbox.stats()
+            if depth:
+                log.info(
+                    "outbox: %d trigger(s) from before this start (oldest %.0f s): creating their runs", depth, oldest
+                )
+        yield
+        stop.set()
+        if drainer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(drainer, 5)
+        await svc.trigger.reset()
+
+    app = FastAPI(
+        title="workload-attribution",
+        version=version(),
+        lifespan=lifespan,
+        description="Triggers (scheduler webhooks, explicit attempts), synchronous diagnosis of posted "
+        "evidence, and reads of the diagnosis warehouse.",
+    )
+    app.state.svc = svc
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next):
+        started = time.perf_counter()
+        route = request.scope.get("route")
+        try:
+            response = await call_next(request)
+        except Exception:
+            log.exception("unhandled error on %s", request.url.path)
+            response = JSONResponse({"detail": "internal error"}, status_code=500)
+        route = request.scope.get("route") or route
+        endpoint = getattr(route, "path", "unmatched")
+        took = time.perf_counter() - started
+        svc.metrics.requests.labels(endpoint, str(response.status_code)).inc()
+        svc.metrics.latency.labels(endpoint).observe(took)
+        client = request.client.host if request.client else "-"
+        access_log.info('%s "%s %s" %d %.3fs', client, request.method, endpoint, response.status_code, took)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        # the same shape as body errors, and never the offending input echoed back
+        return JSONResponse(
+            {
+                "detail": [
+                    {"field": ".".join(str(p) for p in e["loc"][1:]) or str(e["loc"][0]), "error": e["msg"]}
+                    for e in exc.errors()
+                ][:20]
+            },
+            status_code=422,
+        )
+
+    @app.exception_handler(AuthError)
+    async def _auth(request: Request, exc: AuthError):
+        svc.metrics.auth_failures.labels(exc.reason).inc()
+        log.warning("refused %s %s: %s", request.method, request.url.path, exc.reason)
+        return JSONResponse(
+            {"detail": "authentication required" if exc.status == 401 else "forbidden"},
+            status_code=exc.status,
+            headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None,
+        )
+
+    from workload_attribution.service import diagnose, reads, triggers, ui
+
+    if not dashboard_only:
+        app.include_router(triggers.router)
+        app.include_router(diagnose.router)
+    app.include_router(reads.router)
+    app.include_router(ui.router)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "version": version(),
+            "dashboard_only": dashboard_only,
+            "deployment": None if dashboard_only else svc_cfg.deployment,
+            "auth": {"bearer": token is not None, "webhook_hmac": secret is not None},
+        }
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def metrics() -> PlainTextResponse:
+        return PlainTextResponse(svc.metrics.text(), media_type="text/plain; version=0.0.4")
+
+    if not insecure and token is None:
+        log.warning("no API token in $%s: reads and requests are open", svc_cfg.token_env)
+    return app

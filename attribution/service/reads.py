@@ -1,0 +1,77 @@
+"""Reads: diagnoses from the warehouse, for people and programs with the API token."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+
+from workload_attribution.contracts.identity import NAME_PATTERN
+from workload_attribution.service.auth import bearer
+
+router = APIRouter(dependencies=[Depends(bearer)])
+DIAGNOSIS_ID = r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
+
+
+def warehouse_call(request: Request, fn, *args: Any) -> Any:
+    """Run a read; a warehouse held by a writer past the wait is 503 + Retry-After, not an error."""
+    from workload_attribution.warehouse.store import WarehouseLocked
+
+    try:
+        return fn(request.app.state.svc.warehouse, *args)
+    except WarehouseLocked:
+        raise HTTPException(503, "warehouse busy, retry", headers={"Retry-After": "2"}) from None
+
+
+def diagnosis_id_ok(value: str) -> str:
+    if not re.fullmatch(DIAGNOSIS_ID, value):
+        raise HTTPException(422, [{"field": "diagnosis_id", "error": "not a diagnosis id (UUID)"}])
+    return value.lower()
+
+
+@router.get("/v1/diagnoses/{diagnosis_id}")
+def get_diagnosis(diagnosis_id: str, request: Request) -> dict[str, Any]:
+    """One diagnosis, the full document."""
+    from workload_attribution.warehouse.reads import get_diagnosis as read
+
+    doc = warehouse_call(request, read, diagnosis_id_ok(diagnosis_id))
+    if doc is None:
+        raise HTTPException(404, "no such diagnosis")
+    return doc
+
+
+@router.get("/v1/diagnoses")
+def list_diagnoses(
+    request: Request,
+    cluster: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    terminal_state: Annotated[str | None, Query(pattern=r"^[a-z_]{1,40}$")] = None,
+    sub_domain: Annotated[str | None, Query(pattern=r"^[a-z_]{1,40}$")] = None,
+    node: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+    symptom: Annotated[str | None, Query(pattern=r"^[a-z0-9_]{1,64}$")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+) -> dict[str, Any]:
+    """Diagnoses, newest attempt end first, filtered; `node` matches affected nodes and the root's node."""
+    from workload_attribution.warehouse.reads import Filters
+    from workload_attribution.warehouse.reads import list_diagnoses as read
+
+    items, total = warehouse_call(
+        request,
+        read,
+        Filters(
+            cluster=cluster,
+            since=since,
+            until=until,
+            terminal_state=terminal_state,
+            sub_domain=sub_domain,
+            node=node,
+            symptom=symptom,
+        ),
+        limit,
+        offset,
+    )
+    return {"items": items, "limit": limit, "offset": offset, "total": total}

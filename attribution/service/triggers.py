@@ -1,0 +1,174 @@
+"""Triggers: the schedulers' webhooks and explicit requests, each turned into one flow run of the
+attempt deployment (see intake.py for how an accepted trigger is never lost)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from workload_attribution.contracts.identity import Target, Window
+from workload_attribution.contracts.vocabulary import Scheduler
+from workload_attribution.service.auth import bearer, check_signature
+from workload_attribution.service.intake import Unreachable
+from workload_attribution.service.payloads import (
+    SUCCESS_STATES,
+    Accepted,
+    AttemptRequest,
+    KubernetesWorkloadEvent,
+    SlurmJobEvent,
+    invalid,
+    json_body,
+    parse,
+    read_body,
+)
+
+log = logging.getLogger("workload_attribution.service")
+router = APIRouter()
+RETRY_AFTER_S = "10"
+
+
+async def signed_body(request: Request) -> bytes:
+    svc = request.app.state.svc
+    body = await read_body(request, svc.cfg.service.max_body_bytes, svc.cfg.service.body_timeout_s)
+    check_signature(svc.secret, request.headers, body, svc.cfg.service.replay_window_s)
+    return body
+
+
+def _cluster(svc: Any, name: str, needs: Scheduler | None, what: str) -> Scheduler:
+    """The cluster's scheduler; 422 naming why when the cluster is unknown or cannot scope `what`."""
+    cluster = svc.cfg.clusters.get(name)
+    if cluster is None:
+        known = ", ".join(svc.cfg.clusters) or "none"
+        raise invalid("cluster", f"cluster {name!r} is not configured (configured: {known})")
+    if needs is not None and cluster.scheduler != needs:
+        raise invalid(
+            "cluster",
+            f"cluster {name!r} is scheduled by {cluster.scheduler.value}, not {needs.value}: it cannot scope {what}",
+        )
+    return cluster.scheduler
+
+
+def _outcome(svc: Any, source: str, outcome: str, key: str, detail: str = "") -> None:
+    svc.metrics.triggers.labels(source, outcome).inc()
+    log.info("trigger %s %s: %s%s", source, key, outcome, f" ({detail})" if detail else "")
+
+
+async def start(request: Request, source: str, target: Target, scheduler: Scheduler) -> JSONResponse:
+    """Record the trigger durably, then create its flow run within answer_within_s if Prefect allows."""
+    svc = request.app.state.svc
+    key = target.attempt_id(scheduler).key
+    params = {"target": target.model_dump(mode="json", exclude_none=True)}
+    tags = [f"trigger:{source}", f"cluster:{target.cluster}"]
+    try:
+        entry = await asyncio.to_thread(svc.outbox.put, key, params, tags, source)
+    except OSError as exc:  # cannot record it: the sender must keep it
+        svc.metrics.trigger_failures.inc()
+        _outcome(svc, source, "refused", key, f"outbox not writable: {exc}")
+        return JSONResponse(
+            {"detail": "cannot record the trigger now, retry later"},
+            status_code=503,
+            headers={"Retry-After": RETRY_AFTER_S},
+        )
+    task = asyncio.ensure_future(svc.trigger.start(key, params, tags))
+    svc.in_flight[key] = task
+    done, _ = await asyncio.wait({task}, timeout=svc.cfg.service.answer_within_s)
+    if not done:  # Prefect is slow: the run is created when it answers (or by the drainer)
+        task.add_done_callback(lambda t: svc.finish(entry, t, source, late=True))
+        _outcome(svc, source, "queued", key)
+        return JSONResponse(Accepted(status="queued", idempotency_key=key).model_dump(), status_code=202)
+    svc.in_flight.pop(key, None)
+    try:
+        run_id, duplicate = task.result()
+    except Exception as exc:
+        svc.metrics.trigger_failures.inc()
+        await asyncio.to_thread(svc.outbox.remove, entry)  # not taken: the sender keeps it
+        _outcome(
+            svc,
+            source,
+            "unavailable",
+            key,
+            f"{type(exc).__name__}: {exc}" + ("" if isinstance(exc, Unreachable) else " (unexpected)"),
+        )
+        return JSONResponse(
+            {"detail": "orchestrator unavailable, retry later"}, status_code=503, headers={"Retry-After": RETRY_AFTER_S}
+        )
+    await asyncio.to_thread(svc.outbox.remove, entry)
+    _outcome(svc, source, "duplicate" if duplicate else "started", key, f"flow run {run_id}")
+    if not duplicate:
+        svc.metrics.runs_started.labels(source).inc()
+    return JSONResponse(
+        Accepted(status="accepted", idempotency_key=key, flow_run_id=run_id, duplicate=duplicate).model_dump(),
+        status_code=202,
+    )
+
+
+def recorded(request: Request, source: str, key: str, why: str) -> JSONResponse:
+    _outcome(request.app.state.svc, source, "recorded", key, why)
+    return JSONResponse(Accepted(status="recorded", idempotency_key=key, reason=why).model_dump(), status_code=200)
+
+
+@router.post("/v1/webhooks/slurm", status_code=202, response_model=Accepted, openapi_extra=json_body(SlurmJobEvent))
+async def slurm_webhook(request: Request, body: bytes = Depends(signed_body)):
+    """A Slurm job ended (sent by deployments/slurm/attribution-hook). Failed -> diagnosed."""
+    svc = request.app.state.svc
+    ev = parse(SlurmJobEvent, body)
+    scheduler = _cluster(svc, ev.cluster, Scheduler.slurm, "a Slurm job")
+    target = Target(cluster=ev.cluster, job_id=ev.job_id, attempt=ev.attempt, trigger="completion")
+    if ev.state.split()[0] in SUCCESS_STATES and not (ev.diagnose or svc.cfg.service.diagnose_completed):
+        return recorded(request, "slurm", target.attempt_id(scheduler).key, f"job {ev.state}")
+    return await start(request, "slurm", target, scheduler)
+
+
+@router.post(
+    "/v1/webhooks/kubernetes",
+    status_code=202,
+    response_model=Accepted,
+    openapi_extra=json_body(KubernetesWorkloadEvent),
+)
+async def kubernetes_webhook(request: Request, body: bytes = Depends(signed_body)):
+    """A Kueue Workload finished or was evicted. Evicted, or Finished but not Succeeded -> diagnosed."""
+    from workload_attribution.connectors.kueue import ended_badly
+
+    svc = request.app.state.svc
+    ev = parse(KubernetesWorkloadEvent, body)
+    scheduler = _cluster(svc, ev.cluster, Scheduler.kueue, "a Kueue workload")
+    target = Target(cluster=ev.cluster, job_id=f"{ev.namespace}/{ev.name}", attempt=ev.attempt, trigger="completion")
+    if ended_badly(ev.conditions) is None and not (ev.diagnose or svc.cfg.service.diagnose_completed):
+        return recorded(
+            request, "kubernetes", target.attempt_id(scheduler).key, "workload did not end in failure or eviction"
+        )
+    return await start(request, "kubernetes", target, scheduler)
+
+
+@router.post(
+    "/v1/attempts",
+    status_code=202,
+    response_model=Accepted,
+    openapi_extra=json_body(AttemptRequest),
+    dependencies=[Depends(bearer)],
+)
+async def attempts(request: Request):
+    """Diagnose an explicit attempt: a job on a configured cluster, or nodes + window."""
+    from pydantic import ValidationError
+
+    svc = request.app.state.svc
+    req = parse(
+        AttemptRequest, await read_body(request, svc.cfg.service.max_body_bytes, svc.cfg.service.body_timeout_s)
+    )
+    scheduler = _cluster(svc, req.cluster, None, "")
+    try:
+        if req.job_id:
+            if scheduler == Scheduler.static:
+                raise invalid("job_id", f"cluster {req.cluster!r} has no scheduler (static): give nodes + start + end")
+            target = Target(cluster=req.cluster, job_id=req.job_id, attempt=req.attempt)
+            target.attempt_id(scheduler)  # the job id in the scheduler's own form, or 422
+        else:
+            assert req.nodes and req.start and req.end
+            target = Target(cluster=req.cluster, window=Window(nodes=req.nodes, start=req.start, end=req.end))
+    except (ValueError, ValidationError) as exc:
+        raise invalid("job_id" if req.job_id else "nodes", str(exc).splitlines()[-1][:200]) from None
+    return await start(request, "api", target, scheduler if req.job_id else Scheduler.static)

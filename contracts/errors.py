@@ -1,0 +1,53 @@
+"""Every error the project raises on purpose, under one base.
+
+Interfaces map the kind to an answer (CLI exit code, HTTP status) in one place each:
+
+    BadInput        the user's input or configuration is wrong      CLI 2, HTTP 422
+    SourceError     a source of evidence failed (transient: retry)  coverage record; scoping: CLI 2
+    NotStored       a diagnosis was computed but not written         CLI 3
+    anything else   a bug                                            CLI 1, HTTP 500
+"""
+
+from __future__ import annotations
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception as one line: its message's first line, or its type when it has none."""
+    text = str(exc)
+    return text.splitlines()[0] if text.strip() else type(exc).__name__
+
+
+class AttributionError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+class BadInput(AttributionError, ValueError):
+    """The input (a bundle, a request, a rule file, the configuration) is wrong. The message is one
+    line naming what and where."""
+
+
+class SourceError(AttributionError):
+    """A source of evidence failed. `transient` errors (transport errors, timeouts, 429, 5xx) are
+    worth retrying; `status` is the coverage status to record when every retry failed."""
+
+    transient = False
+
+    def __init__(self, message: str, status: str = "error", connector: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.connector = connector
+
+
+class TransientSourceError(SourceError):
+    """A source failed in a way worth retrying."""
+
+    transient = True
+
+
+class NotStored(AttributionError):
+    """A diagnosis was computed but could not be written where it was asked to go; the diagnosis
+    travels with the error so that it is not lost (the CLI prints it)."""
+
+    def __init__(self, message: str, diagnosis: object = None):
+        super().__init__(message)
+        self.diagnosis = diagnosis

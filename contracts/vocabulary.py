@@ -1,0 +1,145 @@
+"""The diagnosis vocabulary (../shared/spec/diagnosis.md), as types: one place for every word a
+rule may emit and a consumer may read. A value outside these is an error wherever it appears
+(a rule file, a rule's output, a model), naming the allowed values.
+
+The project may add values (the contract allows it); it never renames or drops one.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Vocabulary(str, Enum):
+    """A closed set of lower_snake_case words."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def values(cls) -> list[str]:
+        return [m.value for m in cls]
+
+
+class Scheduler(Vocabulary):
+    slurm = "slurm"
+    kueue = "kueue"
+    static = "static"  # no scheduler: an explicit nodes + window scope, or a bundle without records
+
+
+class TerminalState(Vocabulary):
+    completed = "completed"
+    hardware_failure = "hardware_failure"
+    infrastructure_failure = "infrastructure_failure"
+    application_failure = "application_failure"
+    scheduler_action = "scheduler_action"
+    unknown = "unknown"
+
+
+class SubDomain(Vocabulary):
+    none = "none"
+    # hardware_failure
+    gpu = "gpu"
+    gpu_memory = "gpu_memory"
+    nvlink = "nvlink"
+    nic = "nic"
+    host = "host"
+    # infrastructure_failure
+    network_link = "network_link"
+    network_fabric = "network_fabric"
+    storage = "storage"
+    node_unreachable = "node_unreachable"
+    # application_failure
+    user_code = "user_code"
+    gpu_oom = "gpu_oom"
+    host_oom = "host_oom"
+    numerical = "numerical"
+    gpu_app_error = "gpu_app_error"
+    # scheduler_action
+    time_limit = "time_limit"
+    preemption = "preemption"
+    cancelled = "cancelled"
+    eviction = "eviction"
+    # unknown
+    hang = "hang"
+    insufficient_evidence = "insufficient_evidence"
+    ambiguous = "ambiguous"  # may pair with any terminal_state but completed
+
+
+# Which sub_domains belong to which terminal_state; `ambiguous` pairs with every failure state.
+SUB_DOMAINS: dict[TerminalState, frozenset[SubDomain]] = {
+    TerminalState.completed: frozenset({SubDomain.none}),
+    TerminalState.hardware_failure: frozenset(
+        {SubDomain.gpu, SubDomain.gpu_memory, SubDomain.nvlink, SubDomain.nic, SubDomain.host, SubDomain.ambiguous}
+    ),
+    TerminalState.infrastructure_failure: frozenset(
+        {
+            SubDomain.network_link,
+            SubDomain.network_fabric,
+            SubDomain.storage,
+            SubDomain.node_unreachable,
+            SubDomain.ambiguous,
+        }
+    ),
+    TerminalState.application_failure: frozenset(
+        {
+            SubDomain.user_code,
+            SubDomain.gpu_oom,
+            SubDomain.host_oom,
+            SubDomain.numerical,
+            SubDomain.gpu_app_error,
+            SubDomain.ambiguous,
+        }
+    ),
+    TerminalState.scheduler_action: frozenset(
+        {SubDomain.time_limit, SubDomain.preemption, SubDomain.cancelled, SubDomain.eviction, SubDomain.ambiguous}
+    ),
+    TerminalState.unknown: frozenset({SubDomain.hang, SubDomain.insufficient_evidence, SubDomain.ambiguous}),
+}
+
+
+class Action(Vocabulary):
+    """What recovery should do. Actions that isolate (drain, reset, reboot) apply to exactly the
+    diagnosis' affected_nodes; with no node named, the action is `investigate`, never a drain."""
+
+    none = "none"  # nothing to recover (completed, a user's cancel)
+    restart_job = "restart_job"  # resubmit / requeue as is
+    fix_code = "fix_code"  # the workload's own bug: restarting will fail again
+    investigate = "investigate"  # a node's fault that the evidence cannot place
+    drain_node = "drain_node"
+    drain_and_reset_gpu = "drain_and_reset_gpu"
+    reboot_node = "reboot_node"
+
+
+ISOLATING_ACTIONS = frozenset({Action.drain_node, Action.drain_and_reset_gpu, Action.reboot_node})
+
+
+class Role(Vocabulary):
+    root = "root"
+    contributing = "contributing"
+    cascade = "cascade"
+    context = "context"
+
+
+class Confidence(Vocabulary):
+    high = "high"
+    medium = "medium"
+    low = "low"
+
+
+class CoverageStatus(Vocabulary):
+    ok = "ok"
+    empty = "empty"
+    partial = "partial"
+    error = "error"
+    timeout = "timeout"
+    unavailable = "unavailable"
+    skipped = "skipped"
+
+
+def check_pair(terminal_state: str, sub_domain: str) -> None:
+    """Raise ValueError unless the two words are known and belong together."""
+    ts, sd = TerminalState(terminal_state), SubDomain(sub_domain)
+    if sd not in SUB_DOMAINS[ts]:
+        allowed = ", ".join(sorted(s.value for s in SUB_DOMAINS[ts]))
+        raise ValueError(f"sub_domain {sd.value!r} does not belong to terminal_state {ts.value!r} (allowed: {allowed})")

@@ -1,0 +1,112 @@
+"""The Prefect deployments of this project, in one place.
+
+`attribution deploy` applies them to the server in PREFECT_API_URL (creating the work pool when
+missing); deployments/prefect.yaml is the same list for `prefect deploy` users, rendered from this
+one (`render_yaml`; a test keeps the two equal). Flows are referenced by import path, so a worker
+needs the package installed, never a checkout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+POOL = "attribution"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    name: str
+    flow: str  # import path: module.function
+    queue: str
+    description: str
+    cron: str | None = None  # UTC
+    tags: tuple[str, ...] = field(default=("workload-attribution",))
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.flow_name}/{self.name}"
+
+    @property
+    def flow_name(self) -> str:
+        return {"attribute_attempt": "attribute-attempt", "backfill": "backfill"}[self.flow.rsplit(".", 1)[1]]
+
+
+DEPLOYMENTS = (
+    Deployment(
+        "attempt",
+        "workload_attribution.flows.attempt.attribute_attempt",
+        "triggers",
+        "Diagnose one attempt (the parameter is its target) and write the diagnosis to the warehouse. "
+        "Started by `attribution serve` (webhooks, /v1/attempts) under the attempt's idempotency key.",
+    ),
+    Deployment(
+        "nightly",
+        "workload_attribution.flows.backfill_flow.backfill",
+        "backfill",
+        "Diagnose the failed attempts of the last backfill.lookback_hours that have no diagnosis by the current rules.",
+        cron="30 2 * * *",
+    ),
+)
+
+
+def apply(pool: str = POOL) -> list[str]:
+    """Create the process work pool if missing and apply every deployment; returns their names."""
+    import importlib
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.deployments.runner import EntrypointType, RunnerDeployment
+    from prefect.exceptions import ObjectAlreadyExists
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+        except ObjectAlreadyExists:
+            pass
+    applied = []
+    for d in DEPLOYMENTS:
+        module, func = d.flow.rsplit(".", 1)
+        flow = getattr(importlib.import_module(module), func)
+        RunnerDeployment.from_flow(
+            flow,
+            name=d.name,
+            cron=d.cron,
+            description=d.description,
+            tags=list(d.tags),
+            work_pool_name=pool,
+            work_queue_name=d.queue,
+            entrypoint_type=EntrypointType.MODULE_PATH,
+        ).apply()
+        applied.append(d.full_name)
+    return applied
+
+
+def render_yaml(pool: str = POOL) -> str:
+    """deployments/prefect.yaml, for `prefect --no-prompt deploy --all --prefect-file deployments/prefect.yaml`."""
+    import yaml
+
+    doc: dict[str, Any] = {
+        "name": "workload-attribution",
+        "prefect-version": __import__("prefect").__version__,
+        "deployments": [],
+    }
+    for d in DEPLOYMENTS:
+        entry: dict[str, Any] = {
+            "name": d.name,
+            "entrypoint": d.flow,
+            "description": d.description,
+            "tags": list(d.tags),
+            "work_pool": {"name": pool, "work_queue_name": d.queue},
+        }
+        if d.cron:
+            entry["schedules"] = [{"cron": d.cron, "timezone": "UTC", "active": True}]
+        doc["deployments"].append(entry)
+    head = (
+        "# Generated from workload_attribution/flows/deployments.py by `attribution deploy --print-yaml`;\n"
+        "# a test keeps it equal. Flows are referenced by import path: workers need the package installed\n"
+        "# (pip install workload-attribution), never a checkout.\n"
+        "#   attribution deploy             # what this file declares, applied to $PREFECT_API_URL\n"
+        "#   prefect --no-prompt deploy --all --prefect-file deployments/prefect.yaml   # the same, by Prefect\n"
+    )
+    return head + yaml.safe_dump(doc, sort_keys=False, width=100)

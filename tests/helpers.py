@@ -1,0 +1,66 @@
+"""Small helpers the tests share: diagnose a bundle in this process, collect one source directly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workload_attribution.contracts.identity import Target
+from workload_attribution.contracts.models import AttemptScope, Diagnosis
+
+
+def diagnose(
+    bundle: str | Path, warehouse: str | Path | None = None, pack: Any = None, settings: Any = None
+) -> Diagnosis:
+    """The inline story over one bundle (what `attribution diagnose --inline` runs)."""
+    from workload_attribution.flows.inline import attribute_inline
+    from workload_attribution.flows.pipeline import Options
+    from workload_attribution.rules.engine import Settings
+    from workload_attribution.rules.pack import default_pack
+
+    return attribute_inline(
+        Target(bundle=str(bundle)),
+        Options(
+            pack=pack or default_pack(),
+            settings=settings or Settings(),
+            warehouse=str(warehouse) if warehouse else None,
+        ),
+    )
+
+
+def collect(
+    config: Any,
+    scope: AttemptScope,
+    staging: str,
+    source: str | None = None,
+    prefilter: Any = (),
+    transport: Any = None,
+) -> Any:
+    """One source collected through its registered connector; returns the Collected (coverage, notes, files)."""
+    from workload_attribution.connectors import registry
+
+    name = (
+        getattr(config, "connector", None)
+        or {"SlurmSource": "slurm", "KueueSource": "kubernetes"}[type(config).__name__]
+    )
+    source = (
+        source
+        or getattr(config, "source", None)
+        or {"prometheus": "metrics", "slurm": "sacct", "kubernetes": "kueue"}.get(name, name)
+    )
+    return registry.get(name).collect(
+        registry.CollectContext(
+            source=source, scope=scope, staging=staging, config=config, prefilter=tuple(prefilter), transport=transport
+        )
+    )
+
+
+def collect_bundle(bundle: str | Path, scope: AttemptScope, source: str, staging: str, prefilter: Any = ()) -> Any:
+    from workload_attribution.connectors.bundle import BundleSource
+
+    return collect(BundleSource(path=str(bundle)), scope, staging, source, prefilter)
+
+
+def coverage_of(config: Any, scope: AttemptScope, staging: str, prefilter: Any = (), transport: Any = None) -> Any:
+    """One source collected through its connector: just its coverage record."""
+    return collect(config, scope, staging, prefilter=prefilter, transport=transport).coverage
