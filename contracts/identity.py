@@ -51,10 +51,14 @@ class AttemptId(BaseModel):
     job_id: str
     attempt: int = Field(0, ge=0, le=1_000_000)
 
-    @model_validator(mode="after")
-    def _job_id_form(self) -> AttemptId:
-        check_job_id(self.scheduler, self.job_id)
-        return self
+    @field_validator("job_id")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        # The scheduler's own form is checked where a job id comes in from outside (Target); an
+        # exported bundle names its job as its site does.
+        if not value or len(value) > 2000 or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+            raise ValueError("a job id is 1-2000 printable characters")
+        return value
 
     @property
     def key(self) -> str:
@@ -130,8 +134,12 @@ class Target(BaseModel):
             raise ValueError("a bundle's identity is in its attempt.yaml; a job or window needs its cluster")
         if self.window is not None:
             return AttemptId(cluster=self.cluster, scheduler=Scheduler.static, job_id=self.window.job_id, attempt=0)
+        sched = Scheduler(scheduler)
         return AttemptId(
-            cluster=self.cluster, scheduler=Scheduler(scheduler), job_id=self.job_id or "", attempt=self.attempt or 0
+            cluster=self.cluster,
+            scheduler=sched,
+            job_id=check_job_id(sched, self.job_id or ""),
+            attempt=self.attempt or 0,
         )
 
     def describe(self) -> str:

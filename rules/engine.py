@@ -109,17 +109,18 @@ def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> N
     if defs:
         con.execute(
             "INSERT INTO symptom_defs SELECT unnest($s), unnest($r), unnest($t), unnest($role), unnest($ts), "
-            "unnest($sd), unnest($a), unnest($i), unnest($b)",
+            "unnest($sd), unnest($a), unnest($i), unnest($b), unnest($fs)",
             {
                 "s": list(defs),
                 "r": [v[0] for v in defs.values()],
                 "t": [v[1].title for v in defs.values()],
                 "role": [v[1].role for v in defs.values()],
-                "ts": [v[1].terminal_state for v in defs.values()],
-                "sd": [v[1].sub_domain for v in defs.values()],
-                "a": [v[1].action for v in defs.values()],
+                "ts": [v[1].terminal_state and v[1].terminal_state.value for v in defs.values()],
+                "sd": [v[1].sub_domain and v[1].sub_domain.value for v in defs.values()],
+                "a": [v[1].action and v[1].action.value for v in defs.values()],
                 "i": [v[1].interesting for v in defs.values()],
                 "b": [v[1].blame for v in defs.values()],
+                "fs": [v[1].failure_signal for v in defs.values()],
             },
         )
 

@@ -23,7 +23,7 @@ CREATE TABLE IF NOT EXISTS verdict AS SELECT * FROM verdicts WHERE false;
 
 CREATE TABLE IF NOT EXISTS symptom_defs (
     symptom VARCHAR, rule_id VARCHAR, title VARCHAR, role VARCHAR, terminal_state VARCHAR,
-    sub_domain VARCHAR, action VARCHAR, interesting BOOLEAN, blame VARCHAR
+    sub_domain VARCHAR, action VARCHAR, interesting BOOLEAN, blame VARCHAR, failure_signal BOOLEAN
 );
 
 CREATE TABLE IF NOT EXISTS coverage (
@@ -48,16 +48,16 @@ CREATE OR REPLACE VIEW observations AS
     FROM records;
 
 -- When did the attempt start failing, and how far back may its root lie?
--- failure_time: the first cascade symptom (collective timeout, NCCL error ...), or torchrun seeing a
--- worker die (when the ranks' own lines carry no time), or the attempt's end.
+-- failure_time: the first failure signal (a cascade symptom: collective timeout, NCCL error ...; or a
+-- symptom defined with failure_signal: true, e.g. torchrun seeing a worker die), or the attempt's end.
 -- lookback: the collective timeout printed by the watchdog (else the configured default) + margin.
 CREATE OR REPLACE VIEW failure_window AS
 WITH a AS (SELECT * FROM attempt), s AS (SELECT * FROM settings),
 c AS (
     SELECT min(e.time) AS first_cascade,
            max(TRY_CAST(json_extract_string(e.attrs, '$.timeout_ms') AS DOUBLE)) / 1000.0 AS timeout_s
-    FROM events e, a
-    WHERE (e.role_hint = 'cascade' OR e.symptom = 'torchrun_child_exit') AND e.time IS NOT NULL
+    FROM events e CROSS JOIN a LEFT JOIN symptom_defs d ON d.symptom = e.symptom
+    WHERE coalesce(d.failure_signal, e.role_hint = 'cascade') AND e.time IS NOT NULL
       AND e.time >= a.start_time - to_seconds((SELECT skew_tolerance_s FROM s))
       AND e.time <= a.end_time + to_seconds((SELECT skew_tolerance_s FROM s))
 )

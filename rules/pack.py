@@ -14,6 +14,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from workload_attribution.contracts.vocabulary import Action, SubDomain, TerminalState, check_pair
+
 # libyaml's C loader when present: the same safe subset, ~15x faster than the pure-Python one.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -36,15 +38,27 @@ class Strict(BaseModel):
 
 
 class SymptomDef(Strict):
-    """What a symptom means when it is seen: its role by default and, as a root, the verdict."""
+    """What a symptom means when it is seen: its role by default and, as a root, the verdict.
+    The words are the diagnosis vocabulary (contracts/vocabulary.py): a typo is refused here."""
 
     title: str
     role: Literal["root_candidate", "cascade", "context", "benign", "fact", "scheduler"]
-    terminal_state: str | None = None
-    sub_domain: str | None = None
-    action: str | None = None
+    terminal_state: TerminalState | None = None
+    sub_domain: SubDomain | None = None
+    action: Action | None = None
     interesting: bool = False
     blame: Literal["node", "peer", "none"] = "none"
+    failure_signal: bool | None = Field(
+        None,
+        description="marks when the attempt began failing (the failure window ends its look-back there); "
+        "default: what a cascade symptom does",
+    )
+
+    @model_validator(mode="after")
+    def _belong_together(self) -> SymptomDef:
+        if self.terminal_state is not None and self.sub_domain is not None:
+            check_pair(self.terminal_state, self.sub_domain)
+        return self
 
 
 class RuleTest(Strict):
@@ -151,6 +165,10 @@ def load_rule(path: Path) -> Rule:
     except ValidationError as exc:
         err = exc.errors()[0]
         raise RuleFileError(path, rule_id, _field_of(err), err["msg"]) from None
+    if path.stem != rule.id:
+        raise RuleFileError(
+            path, rule.id, "id", f"the file is named {path.name}: a rule's file is <id>.yaml ({rule.id}.yaml)"
+        )
     expected_phase = path.parent.name
     if expected_phase in PHASES and rule.phase != expected_phase:
         raise RuleFileError(path, rule.id, "phase", f"is '{rule.phase}' but the file lives in rules/{expected_phase}/")
