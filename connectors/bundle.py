@@ -9,6 +9,7 @@ the rest of the diagnosis.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -86,12 +87,20 @@ def load_scope(bundle: Path) -> AttemptScope:
         raise BundleError(f"{spec}: field '{loc}': {err['msg']}") from None
 
 
+# A host's log file name: <host>.log or <host>.txt, rotated (logrotate's ".1" or dateext
+# "-20261120"), compressed (".gz", ".zst"); all of it but the host name is dropped.
+COMPRESSION_SUFFIX = re.compile(r"\.(?:gz|zst|zstd)$", re.IGNORECASE)
+LOG_SUFFIX = re.compile(r"^(.+?)\.(?:log|txt)(?:\.\d+|-\d{8}(?:\d{2})?)?$")
+
+
 def _node_of(path: Path) -> str:
+    """The host a log file belongs to: several files (rotations) of one host are that host's lines."""
     name = path.name
-    for suffix in (".log", ".txt"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return path.stem
+    bare = COMPRESSION_SUFFIX.sub("", name)
+    m = LOG_SUFFIX.match(bare)
+    if m:
+        return m.group(1)
+    return bare if bare != name else path.stem
 
 
 def _text_files(bundle: Path, rel_dir: str, per_node: bool) -> tuple[list[TextFile], list[str], list[str]]:
@@ -137,7 +146,7 @@ def collect_text(bundle: Path, scope: AttemptScope, source: str, staging: str, p
     with connected(staging) as con:
         stats = scan_files(con, files, source, CONNECTOR, prefilter)
     missing = sorted(set(scope.nodes) - stats.nodes) if per_node else []
-    unparsed = stats.bad_lines + len(refused)
+    unparsed = stats.bad_lines + len(refused) + len(stats.corrupt)
     cov = Coverage(
         source=source,
         connector=CONNECTOR,
@@ -153,6 +162,7 @@ def collect_text(bundle: Path, scope: AttemptScope, source: str, staging: str, p
             "missing_nodes": missing,
             "refused": refused,
             "not_read": not_read,
+            "corrupt_archives": stats.corrupt,
         },
     )
     if missing and stats.lines:

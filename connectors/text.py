@@ -3,6 +3,9 @@
 Lines are never held in Python lists: DuckDB splits each file and applies the rules' literal
 pre-filter; only matching lines (with their line numbers) are stored. Files that are not valid
 UTF-8 are decoded leniently (invalid bytes become U+FFFD and are counted), never dropped.
+Compressed files (gzip, zstd: rotated and exported logs) are decompressed to a temporary file in
+chunks and scanned the same way; a corrupt archive is reported (what could be read of it is
+scanned), never fatal.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from workload_attribution.contracts.lines import read_lenient
+from workload_attribution.contracts.lines import COMPRESSED_SUFFIXES, compression_of, plain_text, read_lenient
 from workload_attribution.contracts.staging import LONG_LINE, contains_any, one, render, scalar
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"
@@ -37,6 +40,7 @@ class ScanStats:
     long_lines: int = 0
     nodes: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
+    corrupt: list[str] = field(default_factory=list)  # "<ref>: why" for archives not read to their end
 
 
 def scan_files(
@@ -47,6 +51,9 @@ def scan_files(
     batch: list[TextFile] = []
     size = 0
     for f in files:
+        if compression_of(f.path) or f.path.suffix.lower() in COMPRESSED_SUFFIXES:
+            _scan_archive(con, f, source, connector, predicate, stats)
+            continue
         batch.append(f)
         size += f.path.stat().st_size
         if size >= BATCH_BYTES:
@@ -55,6 +62,15 @@ def scan_files(
     if batch:
         _scan_batch(con, batch, source, connector, predicate, stats)
     return stats
+
+
+def _scan_archive(con, f: TextFile, source: str, connector: str, predicate: str, stats: ScanStats) -> None:
+    """A compressed file: decompressed to a temporary file, scanned alone under its own name."""
+    with plain_text(f.path) as plain:
+        if plain.problem:
+            stats.corrupt.append(f"{f.ref}: {plain.problem}")
+        if plain.path is not None:
+            _scan_batch(con, [TextFile(path=plain.path, ref=f.ref, node=f.node)], source, connector, predicate, stats)
 
 
 def _scan_batch(con, batch: list[TextFile], source: str, connector: str, predicate: str, stats: ScanStats) -> None:

@@ -48,6 +48,11 @@ class Contract(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
 
+# Times outside this span are not a log's or a scheduler's: refused in a scope, unparsed in a line.
+EARLIEST = datetime(1970, 1, 2, tzinfo=timezone.utc)
+LATEST = datetime(2200, 1, 1, tzinfo=timezone.utc)
+
+
 def as_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)
@@ -57,10 +62,10 @@ def as_utc(value: datetime) -> datetime:
 class AttemptScope(Contract):
     """One workload attempt: who ran where, when, and how the scheduler says it ended."""
 
-    cluster: str
+    cluster: str = Field(min_length=1, max_length=256)
     scheduler: Scheduler
-    job_id: str
-    attempt: int = Field(ge=0)
+    job_id: str = Field(min_length=1, max_length=2000)
+    attempt: int = Field(ge=0, le=1_000_000, description="restart count (a requeue or Kueue requeue)")
     name: str | None = None
     user: str | None = None
     nodes: list[str] = Field(description="the allocation; empty when the attempt ended before any node was allocated")
@@ -80,7 +85,21 @@ class AttemptScope(Contract):
     @field_validator("start", "end")
     @classmethod
     def _utc(cls, value: datetime) -> datetime:
-        return as_utc(value)
+        value = as_utc(value)
+        if not (EARLIEST <= value <= LATEST):
+            raise ValueError(f"{value.isoformat()} is outside {EARLIEST.year}..{LATEST.year}")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r} (an IANA name, e.g. UTC, Europe/Berlin)") from None
+        return value
 
     @model_validator(mode="after")
     def _ordered(self) -> AttemptScope:

@@ -16,12 +16,22 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
+from workload_attribution.contracts.vocabulary import (
+    Action,
+    Confidence,
+    Role,
+    SubDomain,
+    TerminalState,
+    Vocabulary,
+    check_pair,
+)
 from workload_attribution.rules.pack import Pack, Rule
 
 ENGINE_SQL = Path(__file__).resolve().parent / "engine.sql"
@@ -46,6 +56,17 @@ EVENT_COLUMNS = (
     "blame",
 )
 ANNOTATION_COLUMNS = tuple(c for c in EVENT_COLUMNS if c not in ("obs_id",))
+VERDICT_COLUMNS = (
+    "terminal_state",
+    "sub_domain",
+    "confidence",
+    "root_event_id",
+    "blamed_nodes",
+    "components",
+    "candidate_event_ids",
+    "action",
+    "reason",
+)
 
 
 class Settings(BaseModel):
@@ -95,15 +116,18 @@ def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> N
             settings.burst_window_s,
         ],
     )
-    data = Path(pack.path) / "data" if pack.path else DATA_DIR
-    con.execute(
-        f"CREATE OR REPLACE TABLE xid_catalog AS "
-        f"SELECT * FROM read_csv('{data / 'xid_catalog.csv'}', header=true, all_varchar=false)"
-    )
-    con.execute(
-        f"CREATE OR REPLACE TABLE nvlink5_decode AS "
-        f"SELECT * FROM read_csv('{data / 'nvlink5_decode.csv'}', header=true, all_varchar=true)"
-    )
+    locked = con.execute("SELECT current_setting('lock_configuration')").fetchone()
+    if not (locked and locked[0]):  # the first time: load the pack's data, then lock the database
+        data = Path(pack.path) / "data" if pack.path else DATA_DIR
+        con.execute(
+            f"CREATE OR REPLACE TABLE xid_catalog AS "
+            f"SELECT * FROM read_csv('{data / 'xid_catalog.csv'}', header=true, all_varchar=false)"
+        )
+        con.execute(
+            f"CREATE OR REPLACE TABLE nvlink5_decode AS "
+            f"SELECT * FROM read_csv('{data / 'nvlink5_decode.csv'}', header=true, all_varchar=true)"
+        )
+        lock_down(con)
     defs = pack.symptom_defs
     con.execute("DELETE FROM symptom_defs")
     if defs:
@@ -159,9 +183,22 @@ def python_rule(pack: Pack, spec: str) -> Callable[..., Any]:
     return fn
 
 
+@lru_cache(maxsize=512)
+def single_select(sql: str) -> None:
+    """A rule's SQL is one SELECT (or WITH ... SELECT): nothing a rule says can be a second statement."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise RuleRuntimeError(f"SQL does not parse: {str(exc).splitlines()[0]}") from None
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        kinds = ", ".join(s.type.name for s in statements)
+        raise RuleRuntimeError(f"a rule's SQL is one SELECT, not {len(statements)} statement(s): {kinds}")
+
+
 def _rule_output(con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, settings: Settings) -> None:
     """Materialise the rule's result as temp table rule_out."""
     if rule.sql:
+        single_select(rule.sql)
         con.execute(f"CREATE OR REPLACE TEMP TABLE rule_out AS {rule.sql}")
         return
     assert rule.python is not None  # a rule has sql or python (the model checks)
@@ -198,7 +235,7 @@ def _json_shape(rows: list[dict[str, Any]]) -> dict[str, str]:
     return shape
 
 
-def _check_columns(rule: Rule, cols: list[str]) -> None:
+def check_columns(rule: Rule, cols: list[str]) -> None:
     """What a rule's output must look like, checked whether or not it found anything."""
     if rule.output == "events":
         missing = {"obs_id", "symptom"} - set(cols)
@@ -210,16 +247,55 @@ def _check_columns(rule: Rule, cols: list[str]) -> None:
     elif rule.output == "annotations":
         if "event_id" not in cols:
             raise RuleRuntimeError("annotations output needs an event_id column")
-        unknown = [c for c in cols if c != "event_id" and c not in ANNOTATION_COLUMNS]
-        if unknown:
-            raise RuleRuntimeError(f"annotations output has unknown column {unknown[0]!r}")
+        strange = [c for c in cols if c != "event_id" and c not in ANNOTATION_COLUMNS]
+        if strange:
+            raise RuleRuntimeError(f"annotations output has unknown column {strange[0]!r}")
     elif rule.output == "verdicts":
-        required = {"terminal_state", "sub_domain", "priority"}
+        required = {"terminal_state", "sub_domain"}
         if required - set(cols):
             raise RuleRuntimeError(f"verdicts output lacks column(s) {sorted(required - set(cols))}")
+        unknown = set(cols) - set(VERDICT_COLUMNS)
+        if unknown:
+            raise RuleRuntimeError(f"verdicts output has unknown column(s) {sorted(unknown)}")
     elif rule.output == "roles":
         if not {"event_id", "role"} <= set(cols):
             raise RuleRuntimeError("roles output needs event_id and role columns")
+    elif rule.output == "actions":
+        if "action" not in cols or set(cols) - {"action", "reason"}:
+            raise RuleRuntimeError("actions output is the columns action (and reason)")
+
+
+# What a rule may say, checked on what it said: the diagnosis vocabulary (contracts/vocabulary.py).
+_VOCABULARY_CHECKS: dict[str, list[tuple[str, type[Vocabulary]]]] = {
+    "events": [("terminal_state", TerminalState), ("sub_domain", SubDomain), ("action", Action)],
+    "annotations": [("terminal_state", TerminalState), ("sub_domain", SubDomain), ("action", Action)],
+    "verdicts": [
+        ("terminal_state", TerminalState),
+        ("sub_domain", SubDomain),
+        ("action", Action),
+        ("confidence", Confidence),
+    ],
+    "roles": [("role", Role)],
+    "actions": [("action", Action)],
+}
+
+
+def _check_words(con: duckdb.DuckDBPyConnection, rule: Rule, cols: list[str]) -> None:
+    for col, words in _VOCABULARY_CHECKS.get(rule.output, []):
+        if col not in cols:
+            continue
+        bad = con.execute(
+            f"SELECT DISTINCT {col} FROM rule_out WHERE {col} IS NOT NULL AND NOT list_contains(?, {col}) LIMIT 3",
+            [words.values()],
+        ).fetchall()
+        if bad:
+            raise RuleRuntimeError(f"{col} {bad[0][0]!r} is not a {col} word (allowed: {', '.join(words.values())})")
+    if rule.output == "verdicts":
+        for ts, sd in con.execute("SELECT DISTINCT terminal_state, sub_domain FROM rule_out").fetchall():
+            try:
+                check_pair(ts, sd)
+            except ValueError as exc:
+                raise RuleRuntimeError(str(exc)) from None
 
 
 def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
@@ -227,9 +303,12 @@ def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
     cols = [d[0] for d in cur.description][1:]
     row = cur.fetchone()
     n = row[0] if row else 0
-    _check_columns(rule, cols)
+    check_columns(rule, cols)
     if n == 0:  # most rules find nothing in most attempts: nothing to apply
         return 0
+    if rule.output in ("verdicts", "actions") and n > 1:
+        raise RuleRuntimeError(f"{rule.output} output has {n} rows: a {rule.output} rule gives at most one")
+    _check_words(con, rule, cols)
     if rule.output == "events":
         select = ", ".join(f"o.{c}" for c in cols)
         con.execute(
@@ -288,6 +367,13 @@ def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
         """,
             {"rule": rule.id},
         )
+    elif rule.output == "actions":
+        reason = "a.reason" if "reason" in cols else "NULL"
+        con.execute(f"""
+            UPDATE verdict SET action = a.action,
+                               reason = concat_ws('; ', verdict.reason, {reason})
+            FROM rule_out a WHERE a.action IS NOT NULL
+        """)
     return n
 
 
@@ -327,9 +413,37 @@ def run_rule(con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, settings: S
         result.timings_ms[rule.id] = round((time.perf_counter() - started) * 1000, 2)
 
 
-def choose_verdict(con: duckdb.DuckDBPyConnection) -> None:
+def choose_verdict(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
+    """The verdict of the rule first in the pack's precedence (pack.yaml) among those that gave one."""
     con.execute("DELETE FROM verdict")
-    con.execute("INSERT INTO verdict SELECT * FROM verdicts ORDER BY priority DESC, rule_id LIMIT 1")
+    con.execute(
+        "INSERT INTO verdict SELECT * EXCLUDE (place) FROM (SELECT *, list_position($order, rule_id) AS place "
+        "FROM verdicts) ORDER BY place NULLS LAST LIMIT 1",
+        {"order": pack.precedence},
+    )
+
+
+def renumber_events(con: duckdb.DuckDBPyConnection) -> None:
+    """Events numbered by what they are (time, observation, symptom), not by which rule found them
+    first: a tie anywhere later falls the same way whatever the rules are called."""
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE renumbered AS
+        SELECT * REPLACE (row_number() OVER (ORDER BY time NULLS LAST, obs_id, symptom, node, component,
+                                                      attrs::VARCHAR) AS event_id)
+        FROM events
+    """)
+    con.execute("DELETE FROM events")
+    con.execute("INSERT INTO events SELECT * FROM renumbered")
+    con.execute("DROP TABLE renumbered")
+    n = con.execute("SELECT coalesce(max(event_id), 0) + 1 FROM events").fetchone()
+    con.execute(f"DROP SEQUENCE IF EXISTS event_seq; CREATE SEQUENCE event_seq START {n[0] if n else 1}")
+
+
+def lock_down(con: duckdb.DuckDBPyConnection) -> None:
+    """From here on the attempt's database reaches nothing else: no file reads or writes, no ATTACH,
+    no INSTALL/LOAD, settings locked. Rules are a pack's code; the sandbox is what they run in."""
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
 
 
 def run_phases(
@@ -341,13 +455,16 @@ def run_phases(
         prepare(con, pack, settings)
     for rule in pack.by_phase("extract"):
         run_rule(con, pack, rule, settings, result)
+    renumber_events(con)
     for rule in pack.by_phase("early"):
         run_rule(con, pack, rule, settings, result)
     final = pack.by_phase("final")
-    for rule in (r for r in final if r.output != "roles"):
+    for rule in (r for r in final if r.output == "verdicts"):
         run_rule(con, pack, rule, settings, result)
-    choose_verdict(con)
-    for rule in (r for r in final if r.output == "roles"):
+    choose_verdict(con, pack)
+    for rule in (r for r in final if r.output not in ("verdicts", "actions")):
+        run_rule(con, pack, rule, settings, result)
+    for rule in (r for r in final if r.output == "actions"):
         run_rule(con, pack, rule, settings, result)
     for rule in pack.by_phase("report"):
         run_rule(con, pack, rule, settings, result)

@@ -13,9 +13,9 @@ CREATE TABLE IF NOT EXISTS events (
     role VARCHAR, demoted_by VARCHAR
 );
 
--- Candidate verdicts from final-phase rules; the highest priority wins.
+-- Candidate verdicts from final-phase rules; the one first in the pack's precedence (pack.yaml) wins.
 CREATE TABLE IF NOT EXISTS verdicts (
-    rule_id VARCHAR, terminal_state VARCHAR, sub_domain VARCHAR, confidence VARCHAR, priority INTEGER,
+    rule_id VARCHAR, terminal_state VARCHAR, sub_domain VARCHAR, confidence VARCHAR,
     root_event_id BIGINT, blamed_nodes VARCHAR[], components VARCHAR[], candidate_event_ids BIGINT[],
     action VARCHAR, reason VARCHAR
 );
@@ -36,15 +36,19 @@ CREATE TABLE IF NOT EXISTS settings (
     burst_window_s DOUBLE
 );
 
--- Every observation, whatever its kind, with what evidence needs.
+-- Every observation, whatever its kind, with what evidence needs. [time_lo, time_hi] is when it can
+-- have happened: a line with no time of its own (a traceback's frame) lies between the stamped
+-- lines of its stream around it (NULL: unbounded); everything else at its time.
 CREATE OR REPLACE VIEW observations AS
-    SELECT obs_id, source, connector, node, time, rank, text, path, lineno, NULL AS series, 'line' AS kind
+    SELECT obs_id, source, connector, node, time, rank, text, path, lineno, NULL AS series, 'line' AS kind,
+           time_lo, time_hi
     FROM log_lines
     UNION ALL
-    SELECT obs_id, source, connector, node, time, NULL, coalesce(raw, series || ' ' || value), path, lineno, series, 'sample'
+    SELECT obs_id, source, connector, node, time, NULL, coalesce(raw, series || ' ' || value), path, lineno, series, 'sample',
+           time, time
     FROM samples
     UNION ALL
-    SELECT obs_id, source, connector, node, time, NULL, text, path, lineno, NULL, kind
+    SELECT obs_id, source, connector, node, time, NULL, text, path, lineno, NULL, kind, time, time
     FROM records;
 
 -- When did the attempt start failing, and how far back may its root lie?
@@ -82,6 +86,13 @@ LIMIT 1;
 -- attempt started (earlier events are context of this attempt, not its root).
 -- Candidates whose time is unknown (a traceback with no timestamp of its rank) count only when no
 -- timed candidate exists: they cannot be ordered against anything.
+-- [time_lo, time_hi]: when the candidate can have happened (its observation's interval, when the
+-- event took its time from the observation; else its own time). A candidate known only by such an
+-- interval (a traceback's line between two stamps, time = the earlier one) that overlaps the time of
+-- a hardware fault on the same host may have been written after the fault, maybe because of it:
+-- it cannot be ordered before it. order_time is the earliest time it can be ordered at (its time,
+-- or the latest such fault's), yields_to that fault; order candidates by
+-- (order_time, yields_to IS NOT NULL, event_id).
 CREATE OR REPLACE VIEW root_candidates AS
 WITH timed AS (
     SELECT e.* FROM events e, failure_window w
@@ -89,8 +100,27 @@ WITH timed AS (
       AND e.time >= w.window_start - to_seconds(w.skew_tolerance_s)
       AND e.time >= w.start_time
       AND e.time <= w.window_end
+), c AS (
+    SELECT * FROM timed
+    UNION ALL
+    SELECT e.* FROM events e
+    WHERE e.role_hint = 'root_candidate' AND e.time IS NULL AND NOT EXISTS (SELECT 1 FROM timed)
+), spans AS (
+    SELECT c.*,
+           CASE WHEN c.time IS NOT DISTINCT FROM o.time THEN o.time_lo ELSE c.time END AS time_lo,
+           CASE WHEN c.time IS NOT DISTINCT FROM o.time THEN o.time_hi ELSE c.time END AS time_hi
+    FROM c LEFT JOIN observations o USING (obs_id)
+), hardware AS (
+    SELECT event_id, node, time, coalesce(time_lo, time) AS lo, coalesce(time_hi, time) AS hi
+    FROM spans WHERE terminal_state = 'hardware_failure' AND time IS NOT NULL
+), yielding AS (
+    SELECT s.event_id, max(h.time) AS after_time, arg_max(h.event_id, h.time) AS yields_to
+    FROM spans s JOIN hardware h ON h.node = s.node AND h.event_id <> s.event_id
+    WHERE s.terminal_state IS DISTINCT FROM 'hardware_failure'
+      AND s.time IS NOT NULL AND (s.time_hi IS NULL OR s.time_hi > s.time_lo)   -- only an interval
+      AND s.time_lo <= h.hi AND (s.time_hi IS NULL OR s.time_hi >= h.lo)         -- overlapping the fault
+      AND h.time >= s.time
+    GROUP BY s.event_id
 )
-SELECT * FROM timed
-UNION ALL
-SELECT e.* FROM events e
-WHERE e.role_hint = 'root_candidate' AND e.time IS NULL AND NOT EXISTS (SELECT 1 FROM timed);
+SELECT s.*, greatest(s.time, y.after_time) AS order_time, y.yields_to
+FROM spans s LEFT JOIN yielding y USING (event_id);

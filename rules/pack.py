@@ -21,7 +21,9 @@ SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 RULES_DIR = Path(__file__).resolve().parent
 PHASES = ("extract", "early", "final", "report")
-OUTPUTS = ("events", "annotations", "verdicts", "roles")
+OUTPUTS = ("events", "annotations", "verdicts", "roles", "actions")
+# Outputs whose rules change what other rules of the phase see: their order must be explicit.
+ORDERED_OUTPUTS = ("annotations", "roles", "actions")
 ROLE_HINTS = ("root_candidate", "cascade", "context", "benign", "fact", "scheduler")
 
 
@@ -70,6 +72,7 @@ class RuleTest(Strict):
     coverage: list[dict[str, Any]] = Field(default_factory=list)
     events: list[dict[str, Any]] = Field(default_factory=list, description="pre-existing events (later phases)")
     verdict_root: int | None = Field(default=None, description="roles rules: event_id of the chosen root")
+    verdict: dict[str, Any] = Field(default_factory=dict, description="actions rules: the chosen verdict's columns")
     expect: list[dict[str, Any]] = Field(default_factory=list)
     expect_count: int | None = None
 
@@ -79,7 +82,7 @@ class Rule(Strict):
     version: int = Field(ge=1)
     phase: Literal["extract", "early", "final", "report"]
     description: str = Field(min_length=10)
-    output: Literal["events", "annotations", "verdicts", "roles"]
+    output: Literal["events", "annotations", "verdicts", "roles", "actions"]
     sources: list[str] = Field(default_factory=list)
     prefilter: list[str] = Field(default_factory=list)
     order: int = 100
@@ -111,9 +114,29 @@ class Rule(Strict):
         return self
 
 
+class PackTest(Strict):
+    """A test of the whole pack: raw lines of several sources (and records, samples) in, the verdict out."""
+
+    name: str
+    attempt: dict[str, Any] = Field(default_factory=dict)
+    lines: list[dict[str, Any]] = Field(default_factory=list, description="{source, node, text}; files in order")
+    records: list[dict[str, Any]] = Field(default_factory=list)
+    samples: list[dict[str, Any]] = Field(default_factory=list)
+    coverage: list[dict[str, Any]] = Field(
+        default_factory=list, description="{source, status}; default: ok for every source with lines"
+    )
+    expect: dict[str, Any] = Field(
+        description="terminal_state, sub_domain, affected_nodes, root_symptom, "
+        "recommended_action: those given must match"
+    )
+    path: str = ""
+
+
 class Pack(BaseModel):
     version: str
     rules: list[Rule]
+    precedence: list[str] = Field(default_factory=list, description="verdicts rules, the winner first")
+    tests: list[PackTest] = Field(default_factory=list, description="pack-level tests (tests/*.yaml)")
     path: str = Field("", description="the pack's directory")
     python_modules: list[str] = Field(
         default_factory=list, description="pack.yaml `python:`: modules of python/ that rules may call"
@@ -138,7 +161,13 @@ class Pack(BaseModel):
         return sorted(lits)
 
     def by_phase(self, phase: str) -> list[Rule]:
+        """A phase's rules in run order: by `order`, which validation makes unique where order
+        matters (annotations, roles, actions); extract and verdicts rules do not see each other."""
         return sorted((r for r in self.rules if r.phase == phase), key=lambda r: (r.order, r.id))
+
+    def rank(self, rule_id: str) -> int:
+        """A verdicts rule's place in the precedence (0 wins)."""
+        return self.precedence.index(rule_id) if rule_id in self.precedence else len(self.precedence)
 
 
 def _field_of(err: Any) -> str:
@@ -184,17 +213,76 @@ def pack_meta(rules_dir: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise RuleFileError(path, None, "yaml", f"not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(meta, dict):
-        raise RuleFileError(path, None, "pack", "pack.yaml is a mapping (version, python)")
+        raise RuleFileError(path, None, "pack", "pack.yaml is a mapping (version, python, precedence)")
+    unknown = sorted(set(meta) - {"version", "python", "precedence"})
+    if unknown:
+        raise RuleFileError(path, None, unknown[0], "unknown key (allowed: version, python, precedence)")
     mods = meta.get("python") or []
     if not isinstance(mods, list) or not all(isinstance(m, str) and m.isidentifier() for m in mods):
         raise RuleFileError(path, None, "python", "a list of module names in the pack's python/ folder")
+    order = meta.get("precedence") or []
+    if not isinstance(order, list) or not all(isinstance(r, str) for r in order) or len(set(order)) != len(order):
+        raise RuleFileError(path, None, "precedence", "a list of verdicts rule ids, each once, the winner first")
     return meta
+
+
+def load_pack_tests(rules_dir: Path) -> list[PackTest]:
+    out = []
+    for p in sorted((rules_dir / "tests").glob("*.yaml")):
+        try:
+            doc = yaml.load(p.read_text(), Loader=SAFE_LOADER) or []
+        except yaml.YAMLError as exc:
+            raise RuleFileError(p, None, "yaml", f"not valid YAML: {str(exc).splitlines()[0]}") from None
+        if not isinstance(doc, list):
+            raise RuleFileError(p, None, "tests", "a list of pack tests")
+        for i, case in enumerate(doc):
+            try:
+                out.append(PackTest.model_validate({**case, "path": str(p)} if isinstance(case, dict) else case))
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                raise RuleFileError(p, None, f"[{i}].{_field_of(err)}", err["msg"]) from None
+    return out
+
+
+def check_pack_shape(pack: Pack) -> list[RuleFileError]:
+    """What only the whole pack can say: every verdicts rule in the precedence (and only those),
+    an explicit order where rules of a phase see each other's output."""
+    meta = Path(pack.path) / "pack.yaml"
+    errors: list[RuleFileError] = []
+    verdict_rules = {r.id for r in pack.rules if r.output == "verdicts"}
+    for rid in sorted(verdict_rules - set(pack.precedence)):
+        errors.append(RuleFileError(meta, rid, "precedence", "a verdicts rule missing from the precedence list"))
+    for rid in [r for r in pack.precedence if r not in verdict_rules]:
+        errors.append(RuleFileError(meta, rid, "precedence", "names no verdicts rule of this pack"))
+    for phase in PHASES:
+        seen: dict[int, str] = {}
+        for r in pack.by_phase(phase):
+            if r.output not in ORDERED_OUTPUTS:
+                continue
+            if r.order in seen:
+                errors.append(
+                    RuleFileError(
+                        r.path,
+                        r.id,
+                        "order",
+                        f"{r.order} is also the order of {seen[r.order]} "
+                        f"in phase {phase}: rules that change what others see need distinct orders",
+                    )
+                )
+            seen[r.order] = r.id
+    return errors
 
 
 def pack_version(rules_dir: Path, files: list[Path]) -> str:
     meta = pack_meta(rules_dir)
     digest = hashlib.sha256()
-    for f in sorted(files) + sorted((rules_dir / "data").glob("*.csv")) + sorted((rules_dir / "python").glob("*.py")):
+    extra = [
+        *(rules_dir / "data").glob("*.csv"),
+        *(rules_dir / "python").glob("*.py"),
+        *(rules_dir / "tests").glob("*.yaml"),
+        rules_dir / "pack.yaml",
+    ]
+    for f in sorted(files) + sorted(extra):
         digest.update(f.relative_to(rules_dir).as_posix().encode())
         digest.update(f.read_bytes())
     return f"{meta.get('version', '0')}+{digest.hexdigest()[:10]}"
@@ -221,12 +309,15 @@ def load_pack(rules_dir: str | Path | None = None, skip_broken: bool = False) ->
             continue
         seen[r.id] = r.path
         rules.append(r)
+    meta = pack_meta(rules_dir)
     return Pack(
         version=pack_version(rules_dir, files),
         rules=rules,
         broken=broken,
         path=str(rules_dir),
-        python_modules=list(pack_meta(rules_dir).get("python") or []),
+        python_modules=list(meta.get("python") or []),
+        precedence=list(meta.get("precedence") or []),
+        tests=load_pack_tests(rules_dir),
     )
 
 
@@ -244,9 +335,11 @@ def validate_pack(rules_dir: str | Path | None = None) -> tuple[Pack | None, lis
     if errors:
         return None, errors
     try:
-        return load_pack(rules_dir), []
+        pack = load_pack(rules_dir)
     except RuleFileError as exc:
         return None, [exc]
+    errors = check_pack_shape(pack)
+    return (None, errors) if errors else (pack, [])
 
 
 @lru_cache(maxsize=4)

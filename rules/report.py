@@ -19,6 +19,7 @@ from workload_attribution.contracts.models import (
     Symptom,
 )
 from workload_attribution.contracts.staging import rows
+from workload_attribution.contracts.vocabulary import ISOLATING_ACTIONS, Action
 from workload_attribution.rules.engine import RunResult
 
 # Evidence records kept per symptom group (the count says how many lines there were).
@@ -158,15 +159,17 @@ def build(
             )
 
     action = v.get("action") or "none"
-    recovery = [
-        json.loads(e["attrs"]).get("recovery_action")
-        for e in events
-        if e["symptom"] == "xid_154" and e["attrs"] and root is not None and e["node"] == root["node"]
-    ]
-    if "Node Reboot Required" in recovery:
-        action = "reboot_node"
-    elif any(r in ("GPU Reset Required", "Drain and Reset") for r in recovery) and action in ("drain_node", "none"):
-        action = "drain_and_reset_gpu"
+    affected = sorted(n for n in (v.get("blamed_nodes") or []) if n)
+    notes = list(notes) + ([v["reason"]] if v.get("reason") else [])
+    if action in ISOLATING_ACTIONS and not affected:
+        # the contract: an action that drains, resets or reboots names its hosts; none can be named
+        notes.append(f"{action} asked for, but no node can be named from the evidence: investigate instead")
+        action = Action.investigate.value
+    if run.failed:
+        notes.append(
+            f"{len(run.failed)} rule(s) did not run and decided nothing: "
+            + "; ".join(f"{f['rule']} ({f['error'][:120]})" for f in run.failed[:5])
+        )
 
     diag = Diagnosis(
         diagnosis_id=scope.id.diagnosis_id,
@@ -175,12 +178,12 @@ def build(
         sub_domain=v["sub_domain"],
         confidence=v.get("confidence") or "low",
         root_cause=root_cause,
-        affected_nodes=sorted(n for n in (v.get("blamed_nodes") or []) if n),
+        affected_nodes=affected,
         affected_components=list(v.get("components") or []),
         candidates=candidates,
         symptoms=symptoms,
         recommended_action=action,
-        notes=list(notes) + ([v["reason"]] if v.get("reason") else []),
+        notes=notes,
         coverage=coverage,
         rules=RulesStamp(version=pack_version, fired=sorted(set(run.fired)), failed=run.failed),
         evidence=sorted(evidence.values(), key=lambda ev: int(ev.id.split("-")[1])),

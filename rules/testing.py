@@ -24,7 +24,7 @@ from workload_attribution.contracts.staging import (
     scalar,
 )
 from workload_attribution.rules.engine import RunResult, Settings, prepare, run_rule
-from workload_attribution.rules.pack import Pack, Rule, RuleTest
+from workload_attribution.rules.pack import Pack, PackTest, Rule, RuleTest
 
 DEFAULT_ATTEMPT = {
     "cluster": "test",
@@ -45,15 +45,20 @@ class CaseResult:
     message: str = ""
 
 
-def _scope(case: RuleTest) -> AttemptScope:
-    nodes = sorted({x["node"] for x in case.lines + case.events + case.records if x.get("node")}) or ["n1"]
+def _scope(case: RuleTest | PackTest) -> AttemptScope:
+    seen = case.lines + case.records + (case.events if isinstance(case, RuleTest) else [])
+    nodes = sorted({x["node"] for x in seen if x.get("node")}) or ["n1"]
     return AttemptScope.model_validate({**DEFAULT_ATTEMPT, "nodes": nodes, **case.attempt})
 
 
-def _load(con, case: RuleTest, scope: AttemptScope) -> None:
+def _load(con, case: RuleTest | PackTest, scope: AttemptScope, keep=None) -> None:
+    """Stage a case's lines (only those `keep(source, text)` lets through: what the scan would
+    keep), records, samples, coverage and events."""
     by_file: dict[tuple[str, str | None], list[str]] = {}
     for x in case.lines:
-        by_file.setdefault((x["source"], x.get("node")), []).append(x["text"])
+        by_file.setdefault((x["source"], x.get("node")), [])
+        if keep is None or keep(x["source"], x["text"]):
+            by_file[(x["source"], x.get("node"))].append(x["text"])
     for (source, node), texts in by_file.items():
         stage_lines(
             con,
@@ -94,14 +99,14 @@ def _load(con, case: RuleTest, scope: AttemptScope) -> None:
         con.execute(
             "INSERT INTO coverage VALUES (?, 'test', ?, 0, ?, 0, NULL)", [c["source"], c["status"], c.get("nodes", [])]
         )
-    for i, e in enumerate(case.events, 1):
+    for i, e in enumerate(getattr(case, "events", []), 1):
         cols = {"event_id": i, "rule_id": "test", **e}
         if "attrs" in cols:
             cols["attrs"] = json.dumps(cols["attrs"])
         names = ", ".join(cols)
         con.execute(f"INSERT INTO events ({names}) VALUES ({', '.join('?' for _ in cols)})", list(cols.values()))
-    if case.events:
-        con.execute(f"DROP SEQUENCE event_seq; CREATE SEQUENCE event_seq START {len(case.events) + 1}")
+    if getattr(case, "events", None):
+        con.execute(f"DROP SEQUENCE event_seq; CREATE SEQUENCE event_seq START {len(case.events) + 1}")  # type: ignore[union-attr]
 
 
 def _lookup(row: dict[str, Any], key: str) -> Any:
@@ -138,14 +143,22 @@ def run_case(pack: Pack, rule: Rule, case: RuleTest, settings: Settings | None =
 
 def _run_case(con, pack: Pack, rule: Rule, case: RuleTest, scope: AttemptScope, settings: Settings) -> CaseResult:
     prepare(con, pack, settings)
-    _load(con, case, scope)
+    # the rule sees what the scan keeps: lines with one of its literals (a wrong prefilter fails here)
+    literals = rule.prefilter if rule.phase == "extract" else []
+    _load(con, case, scope, keep=(lambda source, text: any(lit in text for lit in literals)) if literals else None)
     result = RunResult()
     before = scalar(con, "SELECT coalesce(max(event_id), 0) FROM events")
     if rule.output == "roles":
         con.execute(
-            "INSERT INTO verdict (rule_id, terminal_state, sub_domain, priority, root_event_id) "
-            "VALUES ('test', 'x', 'x', 1, ?)",
+            "INSERT INTO verdict (rule_id, terminal_state, sub_domain, root_event_id) VALUES ('test', 'unknown', "
+            "'insufficient_evidence', ?)",
             [case.verdict_root or 1],
+        )
+    if rule.output == "actions":
+        v = {"terminal_state": "unknown", "sub_domain": "insufficient_evidence", **case.verdict}
+        cols = ", ".join(v)
+        con.execute(
+            f"INSERT INTO verdict (rule_id, {cols}) VALUES ('test', {', '.join('?' for _ in v)})", list(v.values())
         )
     run_rule(con, pack, rule, settings, result)
     if result.failed:
@@ -153,7 +166,13 @@ def _run_case(con, pack: Pack, rule: Rule, case: RuleTest, scope: AttemptScope, 
     if rule.output == "events":
         out = rows(con, f"SELECT * FROM events WHERE event_id > {before} ORDER BY event_id")
     elif rule.output == "verdicts":
-        out = rows(con, "SELECT * FROM verdicts ORDER BY priority DESC")
+        out = rows(con, "SELECT * FROM verdicts")
+    elif rule.output == "actions":
+        out = (
+            rows(con, "SELECT * FROM rule_out")
+            if scalar(con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'rule_out'")
+            else []
+        )
     elif rule.output == "roles":
         out = rows(con, "SELECT * FROM events WHERE role IS NOT NULL ORDER BY event_id")
     else:
@@ -167,7 +186,53 @@ def _run_case(con, pack: Pack, rule: Rule, case: RuleTest, scope: AttemptScope, 
     return CaseResult(rule.id, case.name, True)
 
 
+def run_pack_case(pack: Pack, case: PackTest, settings: Settings | None = None) -> CaseResult:
+    """The whole pack on a case's raw lines, kept by the pack's pre-filter as a scan would keep them."""
+    from workload_attribution.contracts.models import Coverage
+    from workload_attribution.rules import report
+    from workload_attribution.rules.engine import run_phases
+
+    settings = settings or Settings()
+    scope = _scope(case)
+    staging = create_staging(scope)
+    literals = {s: pack.prefilter(s) for s in {x["source"] for x in case.lines}}
+    try:
+        with connected(staging) as con:
+            prepare(con, pack, settings)
+            _load(con, case, scope, keep=lambda source, text: any(lit in text for lit in literals[source]))
+            statuses = {s: "ok" for s in literals} | {c["source"]: c["status"] for c in case.coverage}
+            coverage = [Coverage(source=s, connector="test", status=st) for s, st in sorted(statuses.items())]
+            con.execute("DELETE FROM coverage")
+            for c in coverage:
+                con.execute(
+                    "INSERT INTO coverage VALUES (?, 'test', ?, 0, ?, 0, NULL)",
+                    [c.source, c.status.value, scope.nodes if c.status.value == "ok" else []],
+                )
+            result = run_phases(con, pack, settings, prepared=True)
+            d = report.build(con, scope, coverage, result, pack.version, [])
+    finally:
+        release_staging(staging)
+    got = {
+        "terminal_state": d.terminal_state.value,
+        "sub_domain": d.sub_domain.value,
+        "affected_nodes": d.affected_nodes,
+        "root_symptom": d.root_cause.symptom if d.root_cause else None,
+        "recommended_action": d.recommended_action.value,
+    }
+    wrong = {k: (v, got.get(k)) for k, v in case.expect.items() if k not in got or _norm(got[k]) != _norm(v)}
+    if wrong:
+        return CaseResult(
+            "pack", case.name, False, "; ".join(f"{k}: expected {e!r}, got {g!r}" for k, (e, g) in wrong.items())
+        )
+    return CaseResult("pack", case.name, True)
+
+
+def _norm(value: Any) -> Any:
+    return sorted(value) if isinstance(value, list) else value
+
+
 def run_tests(pack: Pack, only: str | None = None) -> list[CaseResult]:
+    """Every rule's own test cases, then the pack's (`only` a rule id: that rule's; "pack": the pack's)."""
     results = []
     for rule in pack.rules:
         if only and rule.id != only:
@@ -177,4 +242,10 @@ def run_tests(pack: Pack, only: str | None = None) -> list[CaseResult]:
                 results.append(run_case(pack, rule, case))
             except Exception as exc:
                 results.append(CaseResult(rule.id, case.name, False, f"{type(exc).__name__}: {exc}"))
+    if only in (None, "pack"):
+        for pcase in pack.tests:
+            try:
+                results.append(run_pack_case(pack, pcase))
+            except Exception as exc:
+                results.append(CaseResult("pack", pcase.name, False, f"{type(exc).__name__}: {exc}"))
     return results

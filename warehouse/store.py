@@ -126,6 +126,15 @@ def _no_lake_yet(exc: Exception) -> bool:
     return "does not exist" in str(exc)
 
 
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Undo what is undoable; a transaction the failure already ended (a full disk) is no news: the
+    caller raises the failure itself, not "cannot rollback"."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
+
+
 def views_digest() -> str:
     return hashlib.sha256(b"".join(f.read_bytes() for f in sorted(VIEWS_DIR.glob("*.sql")))).hexdigest()[:16]
 
@@ -301,7 +310,7 @@ class Warehouse:
                         con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
                     con.execute("COMMIT")
                 except Exception:
-                    con.execute("ROLLBACK")
+                    _rollback(con)
                     raise
         # analyst views follow the code: replaced when their files changed (one catalog change, not
         # one per write: concurrent writers would conflict on it); a view built on another is
@@ -327,14 +336,17 @@ class Warehouse:
             con.execute("INSERT INTO warehouse_meta VALUES ('views', ?)", [digest])
             con.execute("COMMIT")
         except Exception:
-            con.execute("ROLLBACK")
+            _rollback(con)
             raise
 
     def write(self, d: Diagnosis, topology: list[tuple] | None = None) -> None:
         """Replace this attempt's diagnosis (and its parts) in one transaction; `topology` (switch,
         port, peer, peer_kind, hca) rows seen with the attempt are recorded as of its start."""
-        with _WRITE_LOCK, self.connect() as con:
-            self._retry(lambda: self._write(con, d, topology))
+        try:
+            with _WRITE_LOCK, self.connect() as con:
+                self._retry(lambda: self._write(con, d, topology))
+        except (duckdb.Error, OSError) as exc:
+            raise NotStored(f"{self}: the diagnosis could not be written: {first_line(exc)}", d) from exc
 
     def _write(self, con: duckdb.DuckDBPyConnection, d: Diagnosis, topology: list[tuple] | None) -> None:
         a = d.attempt
@@ -443,7 +455,7 @@ class Warehouse:
             )
             con.execute("COMMIT")
         except Exception:
-            con.execute("ROLLBACK")
+            _rollback(con)
             raise
 
     @staticmethod

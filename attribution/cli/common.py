@@ -104,14 +104,19 @@ def rules_dir(args: argparse.Namespace, cfg: Any = None) -> str | None:
 
 
 def writable_dir(path: str, what: str) -> None:
-    """Refuse, before any work, a place to write that cannot be written."""
+    """Refuse, before any work, a place to write that cannot be written: `what` a directory (--out)
+    or a file (--warehouse) to be created inside existing or creatable directories."""
     from pathlib import Path
 
     p = Path(path)
-    probe = p if p.is_dir() else p.parent
+    if what.endswith("directory") and p.exists() and not p.is_dir():
+        raise BadInput(f"{what} {path}: exists and is not a directory")
+    if not what.endswith("directory") and p.is_dir():
+        raise BadInput(f"{what} {path}: is a directory, not a file")
+    probe = p if what.endswith("directory") else p.parent
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    if p.exists() and not p.is_dir() and what.endswith("directory"):
-        raise BadInput(f"{what} {path}: exists and is not a directory")
+    if not probe.is_dir():
+        raise BadInput(f"{what} {path}: {probe} is not a directory")
     if not os.access(probe, os.W_OK):
         raise BadInput(f"{what} {path}: {probe} is not writable")

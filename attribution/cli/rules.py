@@ -32,13 +32,14 @@ def add(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from workload_attribution.rules.pack import RULES_DIR, load_pack, validate_pack
+    from workload_attribution.rules.pack import RULES_DIR, load_pack
     from workload_attribution.rules.testing import run_tests
+    from workload_attribution.rules.validation import validate
 
     rules_dir = Path(common.rules_dir(args) or RULES_DIR)
     if not rules_dir.is_dir():
         raise BadInput(f"rules pack {rules_dir}: no such directory")
-    pack, errors = validate_pack(rules_dir)
+    pack, errors = validate(rules_dir)
     if errors:
         for e in errors:
             print(f"INVALID {e}")
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
                             "description": r.description.strip(),
                             "tests": len(r.tests),
                             "path": r.path,
+                            "precedence": pack.precedence.index(r.id) + 1 if r.id in pack.precedence else None,
                         }
                         for r in pack.rules
                     ],
@@ -72,9 +74,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"rules pack {rules_dir} {pack.version}")
             for phase in ("extract", "early", "final", "report"):
                 for r in pack.by_phase(phase):
-                    print(f"  {phase:8} {r.id:32} v{r.version:<3} {r.output:11} {len(r.tests)} test(s)")
+                    order = f"order {r.order}" if r.output in ("annotations", "roles", "actions") else ""
+                    print(f"  {phase:8} {r.id:32} v{r.version:<3} {r.output:11} {order:10} {len(r.tests)} test(s)")
+            print("precedence of verdicts (the first that gives one wins):")
+            for i, rid in enumerate(pack.precedence, 1):
+                print(f"  {i}. {rid}")
+            print(f"pack tests: {len(pack.tests)}")
         return EXIT_OK
-    if args.rule and args.rule not in {r.id for r in pack.rules}:
+    if args.rule and args.rule not in {r.id for r in pack.rules} | {"pack"}:
         raise BadInput(f"no rule {args.rule!r} in {rules_dir} (rules: attribution rules list)")
     results = run_tests(load_pack(rules_dir), only=args.rule)
     failed = [c for c in results if not c.ok]

@@ -1,23 +1,56 @@
 -- Continuation lines (a traceback's frames and exception, wrapped messages) carry no time of their
--- own: they take the time of the nearest earlier line that has one. line_context(path, lineno, ctx)
--- holds, for each such line, the lines before it (oldest first), fetched from the source file; the
--- context is kept on the observation too (rules read traceback frames from it).
+-- own. They were written between the stamped lines of their stream around them: the nearest
+-- earlier and the nearest later line that has a time, of the same file and, when the line has a
+-- rank prefix, of the same rank (interleaved ranks' lines say nothing about this rank's). The
+-- earlier one gives `time` ('inherited', as before), both give [time_lo, time_hi]; a side with no
+-- stamped line within {context} lines stays NULL (unbounded).
+-- line_window(path, lineno, line) holds the lines around each such line (line_window.sql); the
+-- lines before it are kept on the observation as ctx, oldest first (rules read traceback frames
+-- from it). Window frames over line numbers do the searching: no join fans a line out to its
+-- neighbours.
 UPDATE log_lines AS l
 SET ctx = c.ctx,
-    time = coalesce(c.t, l.time),
-    time_quality = CASE WHEN c.t IS NOT NULL THEN 'inherited' ELSE l.time_quality END
+    time = coalesce(c.lo, l.time),
+    time_quality = CASE WHEN c.lo IS NOT NULL THEN 'inherited' ELSE l.time_quality END,
+    time_lo = c.lo,
+    time_hi = c.hi
 FROM (
-    WITH u AS (
-        SELECT path, lineno, unnest(ctx) AS x, generate_subscripts(ctx, 1) AS i FROM line_context
-    ), p AS (
-        SELECT path, lineno, i, parse_log_line(x, $tz, $ref) AS q FROM u
-    ), best AS (
-        -- with a rank prefix, only that rank's earlier lines count: interleaved ranks' lines do not
-        SELECT p.path, p.lineno, arg_max(q['ts'], i) FILTER (WHERE q['ts'] IS NOT NULL
-                   AND (l.rank IS NULL OR q['rank'] IS NOT DISTINCT FROM l.rank)) AS t
-        FROM p JOIN log_lines l USING (path, lineno) GROUP BY p.path, p.lineno
+    WITH need AS (
+        SELECT path, lineno, rank FROM log_lines
+        WHERE time_quality = 'none' AND path IN (SELECT DISTINCT path FROM line_window)
+    ), stamped AS (
+        -- each window line parsed once, however many windows hold it
+        SELECT path, lineno, q['ts'] AS ts, q['rank'] AS rank
+        FROM (SELECT path, lineno, parse_log_line(line, $tz, $ref) AS q FROM line_window)
+        WHERE q['ts'] IS NOT NULL
+    ), marks AS (
+        -- the stamps and the lines looking for them, in file order
+        SELECT path, lineno, rank, ts, false AS needy FROM stamped
+        UNION ALL
+        SELECT path, lineno, rank, NULL, true FROM need
+    ), bounds AS (
+        SELECT path, lineno, rank, needy,
+               -- a line of no rank: any stamped line of the file
+               last_value(ts IGNORE NULLS) OVER (PARTITION BY path ORDER BY lineno
+                                                 RANGE BETWEEN {context} PRECEDING AND 1 PRECEDING) AS lo_any,
+               first_value(ts IGNORE NULLS) OVER (PARTITION BY path ORDER BY lineno
+                                                  RANGE BETWEEN 1 FOLLOWING AND {context} FOLLOWING) AS hi_any,
+               -- a line with a rank: its rank's stamped lines only
+               last_value(ts IGNORE NULLS) OVER (PARTITION BY path, rank ORDER BY lineno
+                                                 RANGE BETWEEN {context} PRECEDING AND 1 PRECEDING) AS lo_rank,
+               first_value(ts IGNORE NULLS) OVER (PARTITION BY path, rank ORDER BY lineno
+                                                  RANGE BETWEEN 1 FOLLOWING AND {context} FOLLOWING) AS hi_rank
+        FROM marks
+    ), before AS (
+        SELECT path, lineno,
+               list(line ORDER BY lineno) OVER (PARTITION BY path ORDER BY lineno
+                                                RANGE BETWEEN {context} PRECEDING AND 1 PRECEDING) AS ctx
+        FROM line_window
     )
-    SELECT lc.path, lc.lineno, lc.ctx, best.t
-    FROM line_context lc LEFT JOIN best USING (path, lineno)
+    SELECT b.path, b.lineno, coalesce(w.ctx, []::VARCHAR[]) AS ctx,
+           CASE WHEN b.rank IS NULL THEN b.lo_any ELSE b.lo_rank END AS lo,
+           CASE WHEN b.rank IS NULL THEN b.hi_any ELSE b.hi_rank END AS hi
+    FROM bounds b LEFT JOIN before w USING (path, lineno)
+    WHERE b.needy
 ) AS c
 WHERE l.path = c.path AND l.lineno = c.lineno AND l.time_quality = 'none'

@@ -1,17 +1,38 @@
 -- Log-line prefix grammar, as SQL macros (loaded once per staging database).
 --
---   line := [outer timestamp] [rank prefix] [inner timestamp] body
+--   line := [pdsh host] [syslog header] [outer timestamp] [rank prefix]{0,2} [inner timestamp] body
 --
--- The outer timestamp is what a collector (journald, Loki export, promtail, kubectl logs
--- --timestamps) or syslog wrote; the inner one is what the application printed. The outer one
--- wins because it usually carries a zone. Forms (../shared/spec/bundle.md):
---   RFC 3339 / ISO 8601 / journalctl short-iso / Python logging / NCCL 2.23+ [..] / slurmctld [..]
---   RFC 3164 and journalctl short-precise (no year), dmesg -T, Fabric Manager, glog (no year).
+--   pdsh host      "node03: " that pdsh / clush put in front of everything a remote host printed
+--   syslog header  RFC 5424 "<30>1 TS HOST APP PROCID MSGID [SD]", or what only classifies the
+--                  line: an RFC 3164 priority "<30>", dmesg -x "kern  :err   : "
+--   outer time     what a collector (journald, Loki export, promtail, kubectl logs --timestamps),
+--                  syslog or the kernel wrote
+--   rank prefix    what a launcher put in front of a process's output ([rank3]:, 3: ...)
+--   inner time     what the application printed
+--
+-- The outer timestamp wins over the inner one because it usually carries a zone. Forms
+-- (../shared/spec/bundle.md):
+--   RFC 3339 / ISO 8601 / journalctl short-iso(-precise) / Python logging / NCCL 2.23+ [..] /
+--   slurmctld [..] / dmesg --time-format=iso; journalctl short-full; RFC 5424;
+--   RFC 3164 and journalctl short(-precise) (no year); dmesg -T and ctime; dmesg uptime (no wall
+--   clock) and UCX's epoch seconds; Fabric Manager; glog and PyTorch c10 (no year); and, when
+--   nothing else dates a line, the time in Slurm's "*** JOB .. CANCELLED AT <time> ***".
 -- Zone-less forms take the attempt's timezone; year-less forms take the year that puts the
 -- time nearest to the attempt (a "Dec 31" line in a January attempt belongs to the year before).
+--
+-- Each form is two macros: lt_<form>_re(s), its one regexp_extract, and lt_<form>_of(g, ...), what
+-- the groups mean: {len: prefix length incl. trailing blanks, at: the wall-clock time written (NULL
+-- when none), z: its zone as written ('' = none)}, or NULL when the line does not start with the
+-- form. parse_log_line binds each regex result to a column before reading it, and turns the chosen
+-- wall-clock time into UTC once (lt_zoned), so a regex is compiled and run once and the planner
+-- sees each expression once, however often its parts are used.
+
+-- ---- Times ----------------------------------------------------------------------------------------
 
 CREATE OR REPLACE MACRO lt_month(mon) AS
-    list_position(['Jan','Feb','Mar','Apr','May','Jun','Jul','Aug','Sep','Oct','Nov','Dec'], mon);
+    coalesce(list_position(['Jan','Feb','Mar','Apr','May','Jun','Jul','Aug','Sep','Oct','Nov','Dec'], mon), 0);
+
+CREATE OR REPLACE MACRO lt_int(x) AS TRY_CAST(x AS INTEGER);
 
 -- seconds + fraction as DOUBLE, fraction given as the digits after the separator
 CREATE OR REPLACE MACRO lt_secs(s, f) AS
@@ -21,103 +42,220 @@ CREATE OR REPLACE MACRO lt_secs(s, f) AS
 CREATE OR REPLACE MACRO lt_local_to_utc(ts, tz) AS
     CASE WHEN tz = 'UTC' THEN ts ELSE timezone('UTC', timezone(tz, ts)) END;
 
--- '+01:00' / '+0100' / 'Z' -> offset in minutes
+-- '+01:00' / '+0100' / '+01' / 'Z' -> offset in minutes
 CREATE OR REPLACE MACRO lt_offset_min(z) AS
     CASE WHEN z IN ('', 'Z') THEN 0
          ELSE (CASE WHEN z[1] = '-' THEN -1 ELSE 1 END)
-              * (TRY_CAST(z[2:3] AS INTEGER) * 60 + TRY_CAST(right(replace(z, ':', ''), 2) AS INTEGER))
+              * (lt_int(z[2:3]) * 60 + coalesce(lt_int(nullif(replace(z, ':', '')[4:5], '')), 0))
     END;
 
+-- A naive time written with zone `z` -> naive UTC. `z` is what the line printed: nothing (the
+-- attempt's zone), Z/UTC/GMT, a numeric offset, or an abbreviation such as CET or PST: that names
+-- the zone of the host that wrote the line, i.e. the attempt's (abbreviations are ambiguous).
+CREATE OR REPLACE MACRO lt_zoned(ts, z, tz) AS
+    CASE WHEN z IN ('Z', 'UTC', 'GMT', 'UT') THEN ts
+         WHEN regexp_full_match(z, '[+-]\d{2}(?::?\d{2})?') THEN ts - to_minutes(lt_offset_min(z))
+         ELSE lt_local_to_utc(ts, tz) END;
+
 -- Build a timestamp; NULL instead of an error for impossible dates (Feb 30, hour 25 ...).
-CREATE OR REPLACE MACRO lt_make(y, mo, d, h, mi, sec) AS
-    try_strptime(printf('%04d-%02d-%02d %02d:%02d:%09.6f', y, mo, d, h, mi, sec), '%Y-%m-%d %H:%M:%S.%f');
+CREATE OR REPLACE MACRO lt_make(y, mo, d, h, mi, sec) AS try(make_timestamp(y, mo, d, h, mi, sec));
 
--- Year-less: pick the year (ref-1, ref, ref+1) nearest to the reference time.
-CREATE OR REPLACE MACRO lt_yearless(mo, d, h, mi, sec, ref) AS (
-    SELECT arg_min(t, abs(epoch(t) - epoch(ref)))
-    FROM (SELECT lt_make(year(ref) + k, mo, d, h, mi, sec) AS t FROM range(-1, 2) r(k)) c
-    WHERE t IS NOT NULL
-);
+-- Year-less: the year (ref-1, ref or ref+1) that puts the time nearest to the reference. Both are
+-- placed in one leap year (2000) to compare where in a year they fall: a time more than half a
+-- year (182.625 days) later than the reference's is of the year before, more than half a year
+-- earlier of the year after. Feb 29 is a time only in a leap year. The reference comes as its
+-- year and its place in 2000 (lt_in_2000(ref)), computed once per line.
+CREATE OR REPLACE MACRO lt_in_2000(ref) AS
+    lt_make(2000, month(ref), day(ref), hour(ref), minute(ref), second(ref) + microsecond(ref) % 1000000 / 1e6);
+CREATE OR REPLACE MACRO lt_year_shift(at2000, ref2000) AS
+    CASE WHEN epoch(at2000) - epoch(ref2000) > 15778800 THEN -1
+         WHEN epoch(ref2000) - epoch(at2000) > 15778800 THEN 1
+         ELSE 0 END;
+CREATE OR REPLACE MACRO lt_yearless(mo, d, h, mi, sec, ref_year, ref2000) AS
+    lt_make(ref_year + lt_year_shift(lt_make(2000, mo, d, h, mi, sec), ref2000), mo, d, h, mi, sec);
 
--- Outer timestamp forms. Each returns {len: prefix length incl. trailing blanks, ts: UTC or NULL}.
-CREATE OR REPLACE MACRO lt_iso(s, tz) AS (
-    WITH m AS (SELECT regexp_extract(s,
-        '^(\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\]?(?:\s+|$))',
-        ['all','y','mo','d','h','mi','s','f','z']) AS g)
-    SELECT CASE WHEN g['all'] = '' THEN NULL ELSE {
+-- ---- Outer timestamp forms -----------------------------------------------------------------------
+
+-- RFC 3339 / ISO 8601, bracketed or not (NCCL, slurmctld), with a '.' or ',' fraction (Python
+-- logging, dmesg --time-format=iso) and an optional zone.
+CREATE OR REPLACE MACRO lt_iso_re(s) AS regexp_extract(s,
+    '^(\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\]?(?:\s+|$))',
+    ['all','y','mo','d','h','mi','s','f','z']);
+CREATE OR REPLACE MACRO lt_iso_of(g) AS
+    CASE WHEN g['all'] = '' THEN NULL ELSE {
         'len': length(g['all']),
-        'ts': CASE WHEN g['z'] = ''
-                   THEN lt_local_to_utc(lt_make(TRY_CAST(g['y'] AS INTEGER), TRY_CAST(g['mo'] AS INTEGER), TRY_CAST(g['d'] AS INTEGER), TRY_CAST(g['h'] AS INTEGER), TRY_CAST(g['mi'] AS INTEGER), lt_secs(g['s'], g['f'])), tz)
-                   ELSE lt_make(TRY_CAST(g['y'] AS INTEGER), TRY_CAST(g['mo'] AS INTEGER), TRY_CAST(g['d'] AS INTEGER), TRY_CAST(g['h'] AS INTEGER), TRY_CAST(g['mi'] AS INTEGER), lt_secs(g['s'], g['f']))
-                        - to_minutes(lt_offset_min(g['z'])) END} END
-    FROM m
-);
+        'at': lt_make(lt_int(g['y']), lt_int(g['mo']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']),
+                      lt_secs(g['s'], g['f'])),
+        'z': g['z']} END;
 
-CREATE OR REPLACE MACRO lt_dmesg_t(s, tz) AS (
-    WITH m AS (SELECT regexp_extract(s,
-        '^(\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]\s*)',
-        ['all','mon','d','h','mi','s','y']) AS g)
-    SELECT CASE WHEN g['all'] = '' THEN NULL ELSE {
+-- journalctl -o short-full: "Fri 2026-11-20 10:05:01 UTC host ..." (the zone as an abbreviation)
+CREATE OR REPLACE MACRO lt_short_full_re(s) AS regexp_extract(s,
+    '^((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))? ([A-Za-z]{1,6}|[+-]\d{2}(?::?\d{2})?)(?:\s+|$))',
+    ['all','y','mo','d','h','mi','s','f','z']);
+CREATE OR REPLACE MACRO lt_short_full_of(g) AS lt_iso_of(g);
+
+-- dmesg -T "[Fri Nov 20 10:05:01 2026]" (a one-digit day padded with a blank), and the same ctime
+-- form unbracketed, as GPFS and other C daemons print it ("Mon Jun 25 16:11:16.123 2018: ").
+CREATE OR REPLACE MACRO lt_ctime_re(s) AS regexp_extract(s,
+    '^(\[?(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))? (\d{4})\]?:?(?:\s+|$))',
+    ['all','mon','d','h','mi','s','f','y']);
+CREATE OR REPLACE MACRO lt_ctime_of(g) AS
+    CASE WHEN g['all'] = '' OR lt_month(g['mon']) = 0 THEN NULL ELSE {
         'len': length(g['all']),
-        'ts': lt_local_to_utc(lt_make(TRY_CAST(g['y'] AS INTEGER), lt_month(g['mon']), TRY_CAST(g['d'] AS INTEGER), TRY_CAST(g['h'] AS INTEGER), TRY_CAST(g['mi'] AS INTEGER), TRY_CAST(g['s'] AS DOUBLE)), tz)} END
-    FROM m
-);
+        'at': lt_make(lt_int(g['y']), lt_month(g['mon']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']),
+                      lt_secs(g['s'], g['f'])),
+        'z': ''} END;
 
-CREATE OR REPLACE MACRO lt_fabricmanager(s, tz) AS (
-    WITH m AS (SELECT regexp_extract(s,
-        '^(\[([A-Z][a-z]{2}) +(\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\]\s*)',
-        ['all','mon','d','y','h','mi','s']) AS g)
-    SELECT CASE WHEN g['all'] = '' THEN NULL ELSE {
+-- Raw dmesg "[ 1234.567890] " (journalctl short-monotonic too): seconds since boot, no wall clock,
+-- so no time of its own; the prefix is stripped so the body starts at the kernel's message, and it
+-- is never a rank. A count of 10 digits or more cannot be an uptime (31 years): it is epoch
+-- seconds, as UCX prints them ("[1638351161.447102] [host:pid:thread] ...").
+CREATE OR REPLACE MACRO lt_uptime_re(s) AS regexp_extract(s,
+    '^(\[ *(\d{1,12})\.(\d{1,9})\](?:\s+|$))', ['all','s','f']);
+CREATE OR REPLACE MACRO lt_uptime_of(g) AS
+    CASE WHEN g['all'] = '' THEN NULL ELSE {
         'len': length(g['all']),
-        'ts': lt_local_to_utc(lt_make(TRY_CAST(g['y'] AS INTEGER), lt_month(g['mon']), TRY_CAST(g['d'] AS INTEGER), TRY_CAST(g['h'] AS INTEGER), TRY_CAST(g['mi'] AS INTEGER), TRY_CAST(g['s'] AS DOUBLE)), tz)} END
-    FROM m
-);
+        'at': CASE WHEN length(g['s']) >= 10
+                   THEN try(make_timestamp(TRY_CAST(g['s'] AS BIGINT) * 1000000
+                                           + TRY_CAST(rpad(left(g['f'], 6), 6, '0') AS BIGINT))) END,
+        'z': 'UTC'} END;
 
-CREATE OR REPLACE MACRO lt_rfc3164(s, tz, ref) AS (
-    WITH m AS (SELECT regexp_extract(s,
-        '^(([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s+)',
-        ['all','mon','d','h','mi','s','f']) AS g)
-    SELECT CASE WHEN g['all'] = '' OR lt_month(g['mon']) = 0 THEN NULL ELSE {
+-- NVIDIA Fabric Manager "[Nov 20 2026 10:05:01] "
+CREATE OR REPLACE MACRO lt_fabricmanager_re(s) AS regexp_extract(s,
+    '^(\[([A-Z][a-z]{2}) +(\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\]\s*)',
+    ['all','mon','d','y','h','mi','s']);
+CREATE OR REPLACE MACRO lt_fabricmanager_of(g) AS
+    CASE WHEN g['all'] = '' OR lt_month(g['mon']) = 0 THEN NULL ELSE {
         'len': length(g['all']),
-        'ts': lt_local_to_utc(lt_yearless(lt_month(g['mon']), TRY_CAST(g['d'] AS INTEGER), TRY_CAST(g['h'] AS INTEGER), TRY_CAST(g['mi'] AS INTEGER), lt_secs(g['s'], g['f']), ref), tz)} END
-    FROM m
-);
+        'at': lt_make(lt_int(g['y']), lt_month(g['mon']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']),
+                      TRY_CAST(g['s'] AS DOUBLE)),
+        'z': ''} END;
 
--- glog (PyTorch C++): [E1120 10:05:01.123456789 file.cpp:607] or E1120 10:05:01.123 12345 file.py:874]
-CREATE OR REPLACE MACRO lt_glog(s, tz, ref) AS (
-    WITH m AS (SELECT regexp_extract(s,
-        '^(\[?[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s)',
-        ['all','mo','d','h','mi','s','f']) AS g)
-    SELECT CASE WHEN g['all'] = '' THEN NULL ELSE {
-        'len': 0,   -- the glog header stays in the body: its file:line is useful text
-        'ts': lt_local_to_utc(lt_yearless(TRY_CAST(g['mo'] AS INTEGER), TRY_CAST(g['d'] AS INTEGER), TRY_CAST(g['h'] AS INTEGER), TRY_CAST(g['mi'] AS INTEGER), lt_secs(g['s'], g['f']), ref), tz)} END
-    FROM m
-);
+-- RFC 3164 and journalctl short / short-precise: "Nov 20 10:05:01[.123456] " (no year)
+CREATE OR REPLACE MACRO lt_rfc3164_re(s) AS regexp_extract(s,
+    '^(([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s+)',
+    ['all','mon','d','h','mi','s','f']);
+CREATE OR REPLACE MACRO lt_rfc3164_of(g, ref_year, ref2000) AS
+    CASE WHEN g['all'] = '' OR lt_month(g['mon']) = 0 THEN NULL ELSE {
+        'len': length(g['all']),
+        'at': lt_yearless(lt_month(g['mon']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']),
+                          lt_secs(g['s'], g['f']), ref_year, ref2000),
+        'z': ''} END;
 
-CREATE OR REPLACE MACRO lt_any(s, tz, ref) AS
-    coalesce(lt_iso(s, tz), lt_dmesg_t(s, tz), lt_fabricmanager(s, tz), lt_rfc3164(s, tz, ref), lt_glog(s, tz, ref));
+-- glog and PyTorch c10: "[E1120 10:05:01.123456789 file.cpp:607]", "E1120 10:05:01.123 12345 file.py:874]",
+-- "[W626 06:24:44.123]". Severity I/W/E/F, then month and day: glog pads the month ("E0626"),
+-- c10 does not ("E626"); the day always has two digits, so three digits are MDD and four MMDD.
+-- No year. The header stays in the body (len 0): its file:line is useful text.
+CREATE OR REPLACE MACRO lt_glog_re(s) AS regexp_extract(s,
+    '^(\[?[IWEF](\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?[\s\]])',
+    ['all','mo','d','h','mi','s','f']);
+CREATE OR REPLACE MACRO lt_glog_of(g, ref_year, ref2000) AS
+    CASE WHEN g['all'] = '' THEN NULL ELSE {
+        'len': 0,
+        'at': lt_yearless(lt_int(g['mo']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']), lt_secs(g['s'], g['f']),
+                          ref_year, ref2000),
+        'z': ''} END;
 
--- Rank prefixes: [rank3]: / [default3]: (torchrun --tee) / "3: " (srun --label)
-CREATE OR REPLACE MACRO lt_rank(s) AS (
-    WITH m AS (SELECT regexp_extract(s,
-        '^(\s*(?:\[(?:rank|default)(\d+)\]:|(\d{1,6}): ))',
-        ['all','a','b']) AS g)
-    SELECT CASE WHEN g['all'] = '' THEN NULL
-                ELSE {'len': length(g['all']), 'rank': TRY_CAST(coalesce(nullif(g['a'], ''), g['b']) AS INTEGER)} END
-    FROM m
-);
+-- ---- Syslog headers ------------------------------------------------------------------------------
 
--- The whole prefix grammar: {ts, rank, body}
+-- RFC 5424: "<PRI>1 TIMESTAMP HOSTNAME APP-NAME PROCID MSGID STRUCTURED-DATA MSG", each field "-"
+-- when absent (NILVALUE); structured data is one or more [id name="value" ...] elements whose values
+-- escape '"', '\' and ']' with a backslash; MSG may open with a BOM. The body keeps the RFC 3164
+-- shape of the header ("host app[procid]: msg"), so rules read a syslog message the same whichever
+-- RFC carried it; MSGID and structured data stay in the raw text.
+CREATE OR REPLACE MACRO lt_rfc5424_re(s) AS regexp_extract(s,
+    '^(<\d{1,3}>1 (\S+) (\S+) (\S+) (\S+) \S+ (?:-|(?:\[[^\] "=]+(?: [^\] "=]+="(?:[^"\\]|\\.)*")*\])+)(?: \x{FEFF}?|$))',
+    ['all','ts','host','app','pid']);
+CREATE OR REPLACE MACRO lt_rfc5424_head(g) AS
+    concat_ws(' ', nullif(g['host'], '-'),
+              CASE WHEN g['app'] <> '-'
+                   THEN g['app'] || CASE WHEN g['pid'] <> '-' THEN '[' || g['pid'] || ']' ELSE '' END || ':' END);
+
+-- What only classifies the line, before its timestamp: an RFC 3164 priority "<30>", dmesg -x
+-- "facility:level : " columns (each padded to its longest name).
+CREATE OR REPLACE MACRO lt_class_re(s) AS regexp_extract(s,
+    '^(<\d{1,3}>|(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7]) *:(?:emerg|alert|crit|err|warn|notice|info|debug) *: )');
+
+-- ---- pdsh / clush: "host: " --------------------------------------------------------------------
+-- A host name is lowercase letters, digits and '-', with at least one digit (node03, gb-r12-n04,
+-- c5n111), optionally with its domain. So neither a time (10:05:01), a log level (ERROR:), a
+-- program (srun:, slurmstepd:, kernel:), a Python exception (RuntimeError:) nor a logger
+-- (torch.distributed.run:) is one; kernel device names (eth0:, ib0:, nvme0n1:, sda1:, dm-0:) are
+-- excluded by their shape. Nothing is recorded: the file already names its host.
+CREATE OR REPLACE MACRO lt_pdsh_re(s) AS regexp_extract(s, '^([a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*): ', 1);
+CREATE OR REPLACE MACRO lt_pdsh_len(h) AS
+    CASE WHEN h <> '' AND regexp_matches(h, '\d')
+              AND NOT regexp_full_match(h, '(?:eth|ib|ibp|ibs|en[opsx]|bond|hsn|wlan|wlp|veth|virbr|docker|tun|tap|nvme|sd[a-z]|vd[a-z]|xvd[a-z]|md|dm-|loop|nbd|sr|mlx)[0-9a-z-]*')
+         THEN length(h) + 2 ELSE 0 END;
+
+-- ---- Rank prefixes -------------------------------------------------------------------------------
+-- [rank3]: (PyTorch, the global rank) / [default3]: (torchrun --tee) / [host:3]: (torchrun with
+-- host names) / [1,3]<stdout>: (Open MPI --tag-output: job, rank) / "3: ", " 3: " (srun --label).
+-- {len, rank, global: whether it is PyTorch's global rank}
+CREATE OR REPLACE MACRO lt_rank_re(s) AS regexp_extract(s,
+    '^(\s*(?:\[(rank|default)(\d+)\]:|\[[A-Za-z0-9][A-Za-z0-9._-]*:(\d+)\]:|\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:|(\d{1,6}): ))',
+    ['all','kw','a','b','c','d']);
+CREATE OR REPLACE MACRO lt_rank_of(g) AS
+    CASE WHEN g['all'] = '' THEN NULL ELSE {
+        'len': length(g['all']),
+        'rank': lt_int(coalesce(nullif(g['a'], ''), nullif(g['b'], ''), nullif(g['c'], ''), g['d'])),
+        'global': g['kw'] = 'rank'} END;
+
+-- ---- Slurm's cancel notice carries its time in the message ("slurmstepd: error: *** JOB 123 ON
+-- node03 CANCELLED AT 2026-11-20T10:05:01 DUE TO TIME LIMIT ***"), zone-less.
+CREATE OR REPLACE MACRO lt_cancelled_at_re(body) AS
+    CASE WHEN contains(body, ' CANCELLED AT ') THEN regexp_extract(body,
+        '\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT (\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\s|$)', 1) ELSE '' END;
+
+-- ---- The whole grammar: {ts, rank, body} -------------------------------------------------------
 CREATE OR REPLACE MACRO parse_log_line(line, tz, ref) AS (
-    WITH o AS (SELECT lt_any(line, tz, ref) AS outer_ts),
-         r AS (SELECT outer_ts, substr(line, coalesce(outer_ts['len'], 0) + 1) AS rest1 FROM o),
-         k AS (SELECT outer_ts, rest1, lt_rank(rest1) AS rk FROM r),
-         i AS (SELECT outer_ts, rk, substr(rest1, coalesce(rk['len'], 0) + 1) AS rest2 FROM k),
-         j AS (SELECT outer_ts, rk, rest2, coalesce(lt_iso(rest2, tz), lt_glog(rest2, tz, ref)) AS inner_ts FROM i)
-    SELECT {'ts': coalesce(outer_ts['ts'], inner_ts['ts']),
-            'rank': rk['rank'],
-            'body': substr(rest2, coalesce(inner_ts['len'], 0) + 1)}
-    FROM j
+    WITH p0 AS (SELECT coalesce(line, '') AS s0, year(ref) AS ry, lt_in_2000(ref) AS r2000),
+         -- pdsh host
+         p1 AS (SELECT ry, r2000, s0, lt_pdsh_re(s0) AS g_pdsh FROM p0),
+         p2 AS (SELECT ry, r2000, substr(s0, lt_pdsh_len(g_pdsh) + 1) AS s1 FROM p1),
+         -- syslog header: RFC 5424's (its time, read below; the body keeps host and program), or a class
+         h1 AS (SELECT ry, r2000, s1, lt_rfc5424_re(s1) AS g5, lt_class_re(s1) AS cls FROM p2),
+         h2 AS (SELECT ry, r2000, CASE WHEN g5['all'] <> '' THEN g5['ts'] END AS header_time,
+                       CASE WHEN g5['all'] <> '' THEN lt_rfc5424_head(g5) END AS head,
+                       substr(s1, CASE WHEN g5['all'] <> '' THEN length(g5['all']) ELSE length(cls) END + 1) AS s2
+                FROM h1),
+         -- outer timestamp: each form's groups, then the first form that matched
+         o1 AS (SELECT ry, r2000, header_time, head, s2, lt_iso_re(s2) AS g_iso, lt_short_full_re(s2) AS g_full,
+                       lt_ctime_re(s2) AS g_ctime, lt_uptime_re(s2) AS g_up, lt_fabricmanager_re(s2) AS g_fm,
+                       lt_rfc3164_re(s2) AS g_3164, lt_glog_re(s2) AS g_glog FROM h2),
+         o2 AS (SELECT ry, r2000, header_time, head, s2,
+                       coalesce(lt_iso_of(g_iso), lt_short_full_of(g_full), lt_ctime_of(g_ctime), lt_uptime_of(g_up),
+                                lt_fabricmanager_of(g_fm), lt_rfc3164_of(g_3164, ry, r2000),
+                                lt_glog_of(g_glog, ry, r2000)) AS o
+                FROM o1),
+         o3 AS (SELECT ry, r2000, header_time, head, lt_zoned(o['at'], o['z'], tz) AS outer_ts,
+                       substr(s2, coalesce(o['len'], 0) + 1) AS s3 FROM o2),
+         -- up to two rank prefixes: a launcher's label around a process's own (" 0: [rank0]: ...")
+         k1 AS (SELECT ry, r2000, header_time, head, outer_ts, s3, lt_rank_of(lt_rank_re(s3)) AS r1 FROM o3),
+         k2 AS (SELECT ry, r2000, header_time, head, outer_ts, r1, substr(s3, coalesce(r1['len'], 0) + 1) AS s4 FROM k1),
+         k3 AS (SELECT ry, r2000, header_time, head, outer_ts, r1, s4, lt_rank_of(lt_rank_re(s4)) AS r2 FROM k2),
+         k4 AS (SELECT ry, r2000, header_time, head, outer_ts, r1, r2,
+                       substr(s4, coalesce(r2['len'], 0) + 1) AS s5 FROM k3),
+         -- the application's own time, which may follow the rank prefix after a blank
+         i1 AS (SELECT ry, r2000, header_time, head, outer_ts, r1, r2, s5, ltrim(s5) AS t5 FROM k4),
+         i2 AS (SELECT header_time, head, outer_ts, r1, r2, s5, t5,
+                       coalesce(lt_iso_of(lt_iso_re(t5)), lt_glog_of(lt_glog_re(t5), ry, r2000)) AS i FROM i1),
+         i3 AS (SELECT header_time, head, outer_ts, r1, r2, lt_zoned(i['at'], i['z'], tz) AS inner_ts,
+                       CASE WHEN i IS NULL THEN s5 ELSE substr(t5, i['len'] + 1) END AS rest FROM i2),
+         -- times written in the text rather than in front of it, in RFC 3339: RFC 5424's header (which
+         -- wins, it is the record's), else, when nothing else dated the line, a time its message states
+         t1 AS (SELECT header_time, head, outer_ts, r1, r2, inner_ts, rest, lt_iso_of(lt_iso_re(
+                    CASE WHEN header_time IS NOT NULL AND header_time <> '-' THEN header_time
+                         WHEN header_time IS NULL AND coalesce(outer_ts, inner_ts) IS NULL THEN lt_cancelled_at_re(rest)
+                         ELSE '' END)) AS w FROM i3),
+         t2 AS (SELECT header_time, head, outer_ts, r1, r2, inner_ts, rest,
+                       lt_zoned(w['at'], w['z'], tz) AS written_ts FROM t1)
+    SELECT {'ts': CASE WHEN header_time IS NOT NULL THEN coalesce(written_ts, outer_ts, inner_ts)
+                       ELSE coalesce(outer_ts, inner_ts, written_ts) END,
+            -- PyTorch's [rankN] is the global rank whatever launched it; otherwise the outermost label
+            'rank': CASE WHEN r2['global'] THEN r2['rank'] ELSE coalesce(r1['rank'], r2['rank']) END,
+            'body': CASE WHEN coalesce(head, '') = '' THEN rest WHEN rest = '' THEN head ELSE head || ' ' || rest END}
+    FROM t2
 );
 
 CREATE OR REPLACE MACRO log_time(line, tz, ref) AS parse_log_line(line, tz, ref)['ts'];

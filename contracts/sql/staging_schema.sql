@@ -22,9 +22,13 @@ CREATE TABLE IF NOT EXISTS raw_lines (
 );
 
 -- Normalised log observations: UTC time (own, inherited from the line before, or none), rank, body.
+-- [time_lo, time_hi] is when the line can have been written: its own time twice; for a line with
+-- none (a traceback's frames), the stamps of the lines of its stream (file, and rank when it has
+-- one) just before and just after it, NULL where no such line was found (unbounded on that side).
 CREATE TABLE IF NOT EXISTS log_lines (
     obs_id BIGINT, source VARCHAR, connector VARCHAR, node VARCHAR, path VARCHAR, lineno BIGINT,
-    time TIMESTAMP, time_quality VARCHAR, rank INTEGER, text VARCHAR, body VARCHAR, ctx VARCHAR[]
+    time TIMESTAMP, time_quality VARCHAR, rank INTEGER, text VARCHAR, body VARCHAR, ctx VARCHAR[],
+    time_lo TIMESTAMP, time_hi TIMESTAMP
 );
 
 -- Metric samples (Prometheus exposition with timestamps, or query_range results).

@@ -143,7 +143,8 @@ def best(n: int, fn):
 
 def phases(bundle: str) -> dict[str, float]:
     """The inline steps, timed one by one (run in a fresh process by the bench)."""
-    from workload_attribution.flows.pipeline import failed_collect  # noqa: F401  (same imports as a real run)
+    from workload_attribution.contracts.identity import Target
+    from workload_attribution.flows.pipeline import Options  # noqa: F401  (same imports as a real run)
     from workload_attribution.rules.pack import default_pack
     from workload_attribution.tasks import steps
 
@@ -152,7 +153,7 @@ def phases(bundle: str) -> dict[str, float]:
     pack = default_pack()
     t["load_rules"] = time.perf_counter() - s
     s = time.perf_counter()
-    scoped = steps.scope_attempt(bundle)
+    scoped = steps.scope_attempt(Target(bundle=bundle))
     t["scope"] = time.perf_counter() - s
     s = time.perf_counter()
     results = [steps.collect_source(scoped, src, pack) for src in scoped.sources]

@@ -54,16 +54,15 @@ def make_bundles(base: Path, n: int, seed: int) -> list[Path]:
 def inline_work(bundles: list[Path], warehouse: Path) -> dict[str, float]:
     """Seconds each attempt takes inline in a warm process, published to a warehouse like the flow
     does: the same work without Prefect."""
-    from workload_attribution.flows.inline import attribute_inline
-    from workload_attribution.flows.pipeline import Request
+    from tests.helpers import diagnose
     from workload_attribution.rules.pack import default_pack
 
     pack = default_pack()
-    attribute_inline(Request(bundle=str(bundles[0]), warehouse=str(warehouse)), pack)  # warm
+    diagnose(bundles[0], warehouse=warehouse, pack=pack)  # warm
     out = {}
     for b in bundles:
         t = time.perf_counter()
-        attribute_inline(Request(bundle=str(b), warehouse=str(warehouse)), pack)
+        diagnose(b, warehouse=warehouse, pack=pack)
         out[str(b)] = time.perf_counter() - t
     return out
 
@@ -90,7 +89,7 @@ async def submit_and_wait(bundles: list[Path], timeout_s: float, one_at_a_time: 
     async def submit(b):
         run = await run_deployment(
             "attribute-attempt/attempt",
-            parameters={"bundle": str(b)},
+            parameters={"target": {"bundle": str(b)}},
             timeout=0,
             idempotency_key=f"bench:{b}:{time.time()}",
         )
@@ -175,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in runs if not r.state.is_completed()]
     rows = []
     for r in runs:
-        b = str(r.parameters["bundle"])
+        b = str(r.parameters["target"]["bundle"])
         queue = (r.start_time - r.created).total_seconds()
         run = (r.end_time - r.start_time).total_seconds()
         rows.append(

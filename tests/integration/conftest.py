@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLES, WORKED
-from tests.services.prometheus import Prometheus
+from tests.services.prometheus import Prometheus, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-SLURM_BASE = Path(os.environ.get("ATTRIBUTION_SLURM_BASE", "/tmp/attribution-slurm"))
 
 
 @pytest.fixture(scope="session")
@@ -25,27 +24,86 @@ def prometheus(tmp_path_factory):
     server.stop()
 
 
+SLURM_PACKAGES = {
+    "slurmctld": "slurmctld",
+    "slurmd": "slurmd",
+    "sbatch": "slurm-client",
+    "munged": "munge",
+    "slurmrestd": "slurmrestd",
+    "slurmdbd": "slurmdbd",
+    "mariadbd": "mariadb-server",
+}
+
+
+def _free_run_of_ports(n: int) -> int:
+    """The first of n consecutive free TCP ports on loopback (slurmd's Port=[a-b] needs a run)."""
+    import random
+    import socket
+
+    for _ in range(200):
+        base = random.randint(20000, 60000 - n)
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no run of free ports")
+
+
 @pytest.fixture(scope="session")
-def slurm():
-    """Real Slurm 22.05 via tests/services/slurm_up.sh (needs root; .ci/run installs the packages)."""
-    if os.geteuid() != 0 or (not shutil.which("apt-get") and not shutil.which("slurmctld")):
+def slurm(tmp_path_factory):
+    """A real Slurm 22.05 of this run alone (tests/services/slurm_up.sh): its own directory, ports and
+    munged. Needs root and the Debian packages, which .ci/run installs; the tests install nothing."""
+    missing = [
+        pkg for cmd, pkg in SLURM_PACKAGES.items() if not (shutil.which(cmd) or Path(f"/usr/sbin/{cmd}").exists())
+    ]
+    why = "real Slurm needs root" if os.geteuid() != 0 else (f"not installed: {' '.join(missing)}" if missing else "")
+    if why:
         if os.environ.get("CI"):
-            pytest.fail("real Slurm needs root and apt (or installed packages)")
-        pytest.skip("real Slurm needs root")
-    up = subprocess.run(
-        ["bash", str(ROOT / "tests/services/slurm_up.sh"), str(SLURM_BASE)], capture_output=True, text=True, timeout=600
-    )
+            pytest.fail(f"{why} (.ci/run installs the packages and runs as root)")
+        pytest.skip(why)
+    base = tmp_path_factory.mktemp("slurm")
+    base.chmod(0o755)  # the daemons run as slurm, munge and mysql
+    for parent in base.parents:
+        if parent == Path("/tmp") or parent == Path("/"):
+            break
+        parent.chmod(parent.stat().st_mode | 0o055)  # munged wants every directory above its socket open to all
+    ports = {
+        "SLURM_REST_PORT": free_port(),
+        "SLURM_DB_PORT": free_port(),
+        "SLURM_CTLD_PORT": free_port(),
+        "SLURM_DBD_PORT": free_port(),
+        "SLURM_NODE_PORT": _free_run_of_ports(4),
+    }
+    try:
+        up = subprocess.run(
+            ["bash", str(ROOT / "tests/services/slurm_up.sh"), str(base)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, **{k: str(v) for k, v in ports.items()}},
+        )
+    except subprocess.TimeoutExpired as exc:  # what it started must still be stopped
+        up = subprocess.CompletedProcess(exc.cmd, 1, "", f"timed out: {exc.stderr!r}")
     if up.returncode != 0:
+        subprocess.run(
+            ["bash", str(ROOT / "tests/services/slurm_down.sh"), str(base)], capture_output=True, timeout=120
+        )
         pytest.fail(f"slurm_up.sh failed: {up.stderr[-2000:]}")
     env = {}
-    for line in (SLURM_BASE / "env.sh").read_text().splitlines():
+    for line in (base / "env.sh").read_text().splitlines():
         k, _, v = line.removeprefix("export ").partition("=")
         env[k] = v
     os.environ.update({k: env[k] for k in ("SLURM_CONF", "SLURMRESTD_TOKEN")})
     yield env
-    subprocess.run(
-        ["bash", str(ROOT / "tests/services/slurm_down.sh"), str(SLURM_BASE)], capture_output=True, timeout=120
-    )
+    subprocess.run(["bash", str(ROOT / "tests/services/slurm_down.sh"), str(base)], capture_output=True, timeout=120)
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stop exactly what slurm_up.sh started (reverse order): jobs first, then TERM, then KILL after 10 s.
 set -uo pipefail
-BASE=${1:-/tmp/attribution-slurm}
+BASE=${1:?usage: slurm_down.sh BASE}
 [ -d "$BASE" ] || exit 0
 alive() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) || return 1; [[ $st != Z* ]]; }
 export SLURM_CONF=$BASE/slurm/etc/slurm.conf
@@ -15,7 +15,7 @@ stop() {
   for _ in $(seq 1 100); do alive "$pid" || break; sleep 0.1; done
   alive "$pid" && kill -9 "$pid" 2>/dev/null
 }
-tac "$BASE/pids" | while read -r name pid; do stop "$pid"; done
+[ -f "$BASE/pids" ] && tac "$BASE/pids" | while read -r name pid; do stop "$pid"; done
 # also whatever an interrupted start left behind: our own pid files and our private MariaDB
 for f in "$BASE"/*.pid "$BASE"/slurm/run/*.pid; do [ -s "$f" ] && stop "$(cat "$f")"; done
 for pid in $(pgrep -f "datadir=$BASE/mysql/data" 2>/dev/null); do stop "$pid"; done

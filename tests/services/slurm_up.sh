@@ -4,19 +4,27 @@
 # slurmrestd with JWT on 127.0.0.1. No systemd here: every daemon is started by hand and its PID
 # recorded in $BASE/pids for slurm_down.sh. Prints nothing on success but the env file's path.
 #
-#   bash tests/services/slurm_up.sh [BASE]      (BASE default /tmp/attribution-slurm)
+#   bash tests/services/slurm_up.sh BASE        (a directory of this run's own)
 #   source $BASE/env.sh                          (SLURM_CONF, SLURMRESTD_URL, SLURMRESTD_TOKEN)
+#
+# Everything is this run's: its directory, its ports (SLURM_CTLD_PORT, SLURM_DBD_PORT,
+# SLURM_REST_PORT, SLURM_DB_PORT, SLURM_NODE_PORT .. + NODES - 1, chosen free by the caller), its
+# own munged on its own socket: two runs on one host do not meet. It installs nothing: the packages
+# come from .ci/run (or the admin); a missing one is an error naming it.
 #
 # Traps this avoids (measured on these machines): slurmrestd refuses root (-u drops privileges);
 # SLURM_JWT must never be exported where sbatch/srun run (the job inherits it and srun fails), so
 # the token is exported as SLURMRESTD_TOKEN; slurmdbd.conf must be owned by SlurmUser, mode 600;
 # PID 1 reaps orphans lazily, so "alive" means "exists and is not a zombie".
 set -euo pipefail
-BASE=${1:-/tmp/attribution-slurm}
+BASE=${1:?usage: slurm_up.sh BASE}
 NODES=${SLURM_NODES:-4}
 CLUSTER=${SLURM_CLUSTER:-ci}
 REST_PORT=${SLURM_REST_PORT:-6820}
 DB_PORT=${SLURM_DB_PORT:-33061}
+CTLD_PORT=${SLURM_CTLD_PORT:-6817}
+DBD_PORT=${SLURM_DBD_PORT:-6819}
+NODE_PORT=${SLURM_NODE_PORT:-17001}
 S=$BASE/slurm
 log() { echo "[slurm_up] $*" >&2; }
 fail() { echo "[slurm_up] ERROR: $*" >&2; exit 1; }
@@ -31,12 +39,10 @@ daemon() { # daemon NAME LOG CMD...: a non-forking process in its own session, P
 [ "$(id -u)" = 0 ] || fail "needs root"
 # a previous run's daemons would hold the ports and files: stop them first
 bash "$(dirname "$0")/slurm_down.sh" "$BASE"
-if ! command -v slurmctld >/dev/null || ! command -v slurmrestd >/dev/null || ! command -v mariadbd >/dev/null; then
-  export DEBIAN_FRONTEND=noninteractive
-  pkgs="slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin slurmdbd mariadb-server"
-  apt-get install -y -qq --no-install-recommends $pkgs >/dev/null 2>&1 \
-    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends $pkgs >/dev/null; }
-fi
+for cmd in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge slurmrestd:slurmrestd \
+           slurmdbd:slurmdbd mariadbd:mariadb-server; do
+  command -v "${cmd%%:*}" >/dev/null || [ -x "/usr/sbin/${cmd%%:*}" ] || fail "${cmd%%:*} is not installed (package ${cmd##*:})"
+done
 mkdir -p "$BASE" "$S"/{etc,state,spool,log,run,rest,hook}
 # the shipped completion hook, installed as an admin would (its attribution-hook.conf is written by
 # the test that points it at a service; without one the hook only logs that it is not configured)
@@ -45,16 +51,17 @@ chown slurm:slurm "$S/hook"
 : > "$BASE/pids"
 chown -R slurm:slurm "$S/state" "$S/log" "$S/run"
 
-# munge
-[ -s /etc/munge/munge.key ] || { install -d -o munge -g munge -m 0700 /etc/munge
-  dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
-  chown munge:munge /etc/munge/munge.key; chmod 0400 /etc/munge/munge.key; }
-install -d -o munge -g munge -m 0755 /run/munge
-if ! (munge -n | unmunge) >/dev/null 2>&1; then
-  runuser -u munge -- /usr/sbin/munged
-  until_ok 5 sh -c 'munge -n | unmunge' || fail "munge does not work"
-  echo "munged $(cat /run/munge/munged.pid)" >> "$BASE/pids"
-fi
+# munge: this run's own daemon, key and socket (the host's, if any, is left alone)
+MU=$BASE/munge
+install -d -o munge -g munge -m 0700 "$MU" "$MU/run"
+chmod 0755 "$MU" "$MU/run"   # the socket's directory must be reachable by slurm and the job users
+[ -s "$MU/munge.key" ] || { dd if=/dev/urandom of="$MU/munge.key" bs=1024 count=1 status=none
+  chown munge:munge "$MU/munge.key"; chmod 0400 "$MU/munge.key"; }
+MUNGE_SOCKET=$MU/run/munge.socket
+runuser -u munge -- /usr/sbin/munged --socket="$MUNGE_SOCKET" --key-file="$MU/munge.key" \
+  --pid-file="$MU/run/munged.pid" --log-file="$MU/munged.log" --seed-file="$MU/munged.seed"
+until_ok 5 sh -c "munge -S '$MUNGE_SOCKET' -n | unmunge -S '$MUNGE_SOCKET'" || fail "munge does not work: $(tail -3 "$MU/munged.log")"
+echo "munged $(cat "$MU/run/munged.pid")" >> "$BASE/pids"
 
 # configuration: daemons on loopback only when the host name resolves there
 if getent ahostsv4 "$(hostname)" | awk '{print $1; exit}' | grep -q '^127\.'; then
@@ -68,8 +75,10 @@ LAST=$(printf '%02d' "$NODES")
 cat > "$S/etc/slurm.conf" <<EOF
 ClusterName=$CLUSTER
 SlurmctldHost=localhost
+SlurmctldPort=$CTLD_PORT
 SlurmUser=slurm
 AuthType=auth/munge
+AuthInfo=socket=$MUNGE_SOCKET
 AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=$S/etc/jwt.key
 $BIND
@@ -92,9 +101,11 @@ MinJobAge=3600
 KillWait=2
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
+AccountingStoragePort=$DBD_PORT
+AccountingStoragePass=$MUNGE_SOCKET
 JobCompType=jobcomp/script
 JobCompLoc=$S/hook/attribution-hook
-NodeName=node[01-$LAST] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[17001-$((17000 + NODES))] CPUs=8 RealMemory=2000   # oversubscribed on purpose: tests run several jobs at once
+NodeName=node[01-$LAST] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$NODE_PORT-$((NODE_PORT + NODES - 1))] CPUs=8 RealMemory=2000   # oversubscribed on purpose: tests run several jobs at once
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 export SLURM_CONF=$S/etc/slurm.conf
@@ -116,6 +127,8 @@ mariadb --socket="$M/run/sock" -u root -e "CREATE DATABASE IF NOT EXISTS slurm_a
   GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
 cat > "$S/etc/slurmdbd.conf" <<EOF
 AuthType=auth/munge
+AuthInfo=socket=$MUNGE_SOCKET
+DbdPort=$DBD_PORT
 AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=$S/etc/jwt.key
 DbdHost=localhost
@@ -150,7 +163,8 @@ done
 until_ok 30 sh -c "[ \$(sinfo -h -N -t idle -o %N | sort -u | wc -l) -ge $NODES ]" || fail "nodes not idle: $(sinfo)"
 
 # REST with JWT (the caller's token is forwarded: SLURM_JWT=daemon only in slurmrestd's own env)
-id slurmrest >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin slurmrest
+id slurmrest >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin slurmrest 2>/dev/null \
+  || id slurmrest >/dev/null 2>&1 || fail "cannot create the slurmrest user"
 daemon slurmrestd "$S/log/slurmrestd.log" env SLURM_JWT=daemon slurmrestd -u slurmrest -a rest_auth/jwt \
   -s openapi/v0.0.38,openapi/dbv0.0.38 "127.0.0.1:$REST_PORT"
 TOKEN=$(scontrol token username=root lifespan=86400 | sed 's/^SLURM_JWT=//')

@@ -260,7 +260,7 @@ phase: final
 description: a verdict rule whose query never finishes in time
 output: verdicts
 sql: |
-  SELECT 'unknown' AS terminal_state, 'hang' AS sub_domain, 1 AS priority
+  SELECT 'unknown' AS terminal_state, 'hang' AS sub_domain
   FROM (SELECT sum(hash(i)) AS s FROM range(100000000000) t(i)) WHERE s = 0
 tests:
   - name: t
@@ -279,8 +279,8 @@ BAD_SQL_RULE = SLOW_RULE.replace("slow-verdict", "missing-table-verdict").replac
             ["not loaded", "YAML"],
         ),
         (
-            lambda d: (d / "early" / "xid-meta.yaml").write_text(
-                (d / "early" / "xid-meta.yaml").read_text().replace("phase: early", "phase: middle")
+            lambda d: (d / "early" / "xid-meta-links.yaml").write_text(
+                (d / "early" / "xid-meta-links.yaml").read_text().replace("phase: early", "phase: middle")
             ),
             "xid-meta-links",
             ["not loaded", "phase"],

@@ -26,6 +26,146 @@ CASES = [
     ("10: Traceback (most recent call last):", None, 10, "Traceback"),
     ("E1120 11:05:01.690030210 139185760270418 torch/x.py:874] failed", "2026-11-20 10:05:01.69003", None, "E1120"),
     ("[2026-11-20T11:05:01.433] error: Nodes n3 not responding", "2026-11-20 10:05:01.433", None, "error: Nodes"),
+    # glog / PyTorch c10: severity I/W/E/F, month not zero-padded by c10 ("E626" = June 26, CEST there)
+    ("[E626 06:24:44.123] x", "2026-06-26 04:24:44.123", None, "[E626 06:24:44.123]"),
+    (
+        "E626 06:24:44.123456 139185760270418 torch/distributed/x.py:874] failed",
+        "2026-06-26 04:24:44.123456",
+        None,
+        "E626",
+    ),
+    ("W1120 11:05:01.690030 139185760270418 torch/x.py:874] x", "2026-11-20 10:05:01.69003", None, "W1120"),
+    (
+        "I0626 06:24:44.123000 139 torch/distributed/elastic/agent/server/api.py:680] [default] x",
+        "2026-06-26 04:24:44.123",
+        None,
+        "I0626",
+    ),
+    ("F1120 11:05:01.123456789 ProcessGroupNCCL.cpp:1 x", "2026-11-20 10:05:01.123457", None, "F1120"),
+    (
+        "[rank7]:[W626 06:24:44.123456789 ProcessGroupNCCL.cpp:1568] [PG ID 0 PG GUID 0(default_pg) Rank 7] "
+        "Process group watchdog thread terminated",
+        "2026-06-26 04:24:44.123457",
+        7,
+        "[W626",
+    ),
+    ("[gb-r12-n04:3]:[E1120 11:05:01.123456789 ProcessGroupNCCL.cpp:607] x", "2026-11-20 10:05:01.123457", 3, "[E1120"),
+    # dmesg -T (one-digit day padded), dmesg -x --time-format=iso, raw uptime (no wall clock, not a rank)
+    (
+        "[Mon Nov  2 11:05:01 2026] NVRM: Xid (PCI:0000:c1:00): 79, pid=1234, GPU has fallen off the bus.",
+        "2026-11-02 10:05:01",
+        None,
+        "NVRM: Xid",
+    ),
+    (
+        "kern  :err   : 2026-11-20T10:05:01,123456+00:00 NVRM: Xid (PCI:0000:c1:00): 79, pid=1234",
+        "2026-11-20 10:05:01.123456",
+        None,
+        "NVRM: Xid",
+    ),
+    (
+        "kern  :warn  : 2026-11-20T11:05:01,000001+01:00 mlx5_core 0000:61:00.0: x",
+        "2026-11-20 10:05:01.000001",
+        None,
+        "mlx5_core",
+    ),
+    ("kern  :err   : [ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0", None, None, "NVRM: The"),
+    ("[ 1843.308145] NVRM: The NVIDIA probe routine failed for 1 device(s).", None, None, "NVRM: The"),
+    ("[    0.000000] 12: not a rank", None, 12, "not a rank"),
+    ("[   12.5] x", None, None, "x"),
+    # UCX prints epoch seconds where dmesg prints uptime: 10 digits are a wall clock
+    (
+        "[1638351161.447102] [b1360:141181:0]    dc_mlx5_devx.c:78   UCX  ERROR mlx5dv_devx_obj_create(DCT) failed",
+        "2021-12-01 09:32:41.447102",
+        None,
+        "[b1360:141181:0]",
+    ),
+    # journalctl: short-iso, short-iso-precise, short-precise, short-full (abbreviation = the attempt's zone)
+    ("2026-11-20T11:05:01+0100 node-02 kernel: x", "2026-11-20 10:05:01", None, "node-02 kernel"),
+    ("2026-11-20T12:05:01.123456+02:00 node-02 kernel: x", "2026-11-20 10:05:01.123456", None, "node-02 kernel"),
+    ("Fri 2026-11-20 10:05:01 UTC node-02 kernel: x", "2026-11-20 10:05:01", None, "node-02 kernel"),
+    ("Fri 2026-11-20 11:05:01 CET node-02 kernel: x", "2026-11-20 10:05:01", None, "node-02 kernel"),
+    ("Fri 2026-11-20 13:05:01.250000 +03 node-02 kernel: x", "2026-11-20 10:05:01.25", None, "node-02 kernel"),
+    # RFC 3164 with a priority; RFC 5424 (structured data, NILVALUE fields, a BOM) in the 3164 body shape
+    ("<30>Nov 20 11:05:01 node-02 slurmd[123]: error: x", "2026-11-20 10:05:01", None, "node-02 slurmd[123]: error"),
+    (
+        "<30>1 2026-11-20T10:05:01.123456+00:00 node-02 slurmd 1234 - - error: Node x",
+        "2026-11-20 10:05:01.123456",
+        None,
+        "node-02 slurmd[1234]: error: Node x",
+    ),
+    (
+        '<165>1 2026-11-20T10:05:01.003Z node-02 evntslog - ID47 [exampleSDID@32473 iut="3" eventSource="App\\]" '
+        'eventID="1011"][examplePriority@32473 class="high"] An application event',
+        "2026-11-20 10:05:01.003",
+        None,
+        "node-02 evntslog: An application event",
+    ),
+    (
+        "<34>1 2026-11-20T10:05:01Z node-02.example.com su - ID47 - \ufeff'su root' failed",
+        "2026-11-20 10:05:01",
+        None,
+        "node-02.example.com su: 'su root' failed",
+    ),
+    (
+        "<30>1 - - - - - - 2026-11-20 11:05:01,000 INFO the message's own time",
+        "2026-11-20 10:05:01",
+        None,
+        "INFO the message",
+    ),
+    # Slurm: a cancel notice dates itself (zone-less) when nothing else does; an outer stamp wins
+    (
+        "slurmstepd: error: *** JOB 123 ON node03 CANCELLED AT 2026-11-20T11:05:01 DUE TO TIME LIMIT ***",
+        "2026-11-20 10:05:01",
+        None,
+        "slurmstepd: error: *** JOB 123",
+    ),
+    (
+        "0: slurmstepd: error: *** STEP 123.0 ON node03 CANCELLED AT 2026-11-20T11:05:01 ***",
+        "2026-11-20 10:05:01",
+        0,
+        "slurmstepd",
+    ),
+    (
+        "[2026-11-20T11:05:01.123] error: *** JOB 123 ON node03 CANCELLED AT 2026-11-20T09:00:00 ***",
+        "2026-11-20 10:05:01.123",
+        None,
+        "error: *** JOB",
+    ),
+    # rank prefixes: torchrun with host names, srun --label with blanks, Open MPI --tag-output, stacked
+    ("[viking-prod-230:1]:Time to instantiate model: 0.02 seconds.", None, 1, "Time to instantiate"),
+    ("  3: Traceback (most recent call last):", None, 3, "Traceback"),
+    ("[1,0]<stdout>:Hello from rank 0", None, 0, "Hello"),
+    ("[1,5]<stderr>:RuntimeError: CUDA error: an illegal memory access was encountered", None, 5, "RuntimeError"),
+    (' 0: [rank0]:   File "/opt/thunder/executors/nvfuserex_impl.py", line 402, in __call__', None, 0, '   File "/opt'),
+    (" 2: [rank5]: x", None, 5, " x"),
+    (" 2: [default1]: x", None, 2, " x"),
+    ("[default0]: 2026-11-20 11:05:01,785 INFO after a blank", "2026-11-20 10:05:01.785", 0, "INFO after"),
+    # pdsh / clush host: stripped, the rest of the grammar applies after it; nothing recorded
+    (
+        "node03: Nov 20 11:05:01 node03 kernel: NVRM: Xid (PCI:0000:c1:00): 79",
+        "2026-11-20 10:05:01",
+        None,
+        "node03 kernel: NVRM",
+    ),
+    ("gb-r12-n04.cluster.local: [Fri Nov 20 11:05:01 2026] NVRM: x", "2026-11-20 10:05:01", None, "NVRM: x"),
+    ("node03: [rank2]:[E1120 11:05:01.123 ProcessGroupNCCL.cpp:1] x", "2026-11-20 10:05:01.123", 2, "[E1120"),
+    ("node03: RuntimeError: CUDA error: uncorrectable NVLink error detected", None, None, "RuntimeError: CUDA"),
+    # ... but not a time, a level, a program, an exception, a logger or a kernel device
+    ("10:05:01 something", None, None, "10:05:01 something"),
+    ("ERROR: something", None, None, "ERROR: something"),
+    ("RuntimeError: x", None, None, "RuntimeError: x"),
+    ("srun: error: node03: task 3: Exited with exit code 1", None, None, "srun: error"),
+    ("torch.distributed.elastic.multiprocessing.api: [WARNING] x", None, None, "torch.distributed"),
+    ("ib0: Lost carrier", None, None, "ib0: Lost carrier"),
+    ("nvme0n1: I/O error", None, None, "nvme0n1: I/O"),
+    # ctime as GPFS prints it
+    (
+        "Mon Jun 25 16:11:16.123 2018: Close connection to 89.116.94.81 k155n01",
+        "2018-06-25 14:11:16.123",
+        None,
+        "Close connection",
+    ),
     ("plain continuation line", None, None, "plain"),
     ("Feb 30 10:00:00 host impossible date", None, None, "host"),
     ("", None, None, ""),

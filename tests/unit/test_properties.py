@@ -1,6 +1,7 @@
 """Property tests (hypothesis) for the parsers every diagnosis rests on: log timestamps in each
-form the bundle spec lists (in any zone, near year ends), rank prefixes, Slurm hostlists, and the
-escaping of host names into PromQL and LogQL. Each property states what must hold for any input.
+form the bundle spec lists and real tools print (in any zone, near year ends), rank and host
+prefixes, Slurm hostlists, and the escaping of host names into PromQL and LogQL. Each property
+states what must hold for any input.
 """
 
 from __future__ import annotations
@@ -78,17 +79,39 @@ def test_rfc3339_with_offset_is_exact_whatever_the_zone(con, t, tz, body):
 
 
 @SQL_SETTINGS
+@given(t=moments, tz=st.sampled_from(ZONES), body=st.text(min_size=0, max_size=40).filter(lambda s: "\n" not in s))
+def test_offset_forms_are_exact_whatever_the_zone(con, t, tz, body):
+    """dmesg -x --time-format=iso (comma fraction), RFC 5424 and journalctl short-iso: the printed offset wins."""
+    lt = local(t, tz)
+    off = lt.strftime("%z")
+    forms = [
+        "kern  :err   : " + lt.strftime("%Y-%m-%dT%H:%M:%S,%f") + off[:3] + ":" + off[3:] + " NVRM: " + body,
+        "<30>1 " + lt.isoformat(timespec="microseconds") + " node-02 slurmd 1234 - - " + body,
+        lt.strftime("%Y-%m-%dT%H:%M:%S.%f") + off + " node-02 kernel: " + body,
+    ]
+    assert parse_many(con, forms, "UTC", t.replace(tzinfo=None)) == [t.replace(tzinfo=None)] * len(forms), forms
+
+
+@SQL_SETTINGS
 @given(t=moments, tz=st.sampled_from(ZONES))
 def test_zone_less_forms_take_the_attempts_zone(con, t, tz):
     assume(unambiguous(t, tz))
     lt = local(t, tz).replace(microsecond=0)
     want = lt.astimezone(timezone.utc).replace(tzinfo=None)
     ref = want + timedelta(hours=1)
+    mon, day = MONTHS[lt.month - 1], DAYS[lt.weekday()]
     forms = [
         lt.strftime("%Y-%m-%d %H:%M:%S") + ",000 - torch - INFO - step",  # Python logging
-        f"[{DAYS[lt.weekday()]} {MONTHS[lt.month - 1]} {lt.day:2d} {lt:%H:%M:%S} {lt.year}] NVRM: x",  # dmesg -T
-        f"[{MONTHS[lt.month - 1]} {lt.day:02d} {lt.year} {lt:%H:%M:%S}] [ERROR] [tid 1] fm",  # Fabric Manager
-        f"{MONTHS[lt.month - 1]} {lt.day:2d} {lt:%H:%M:%S} host kernel: x",  # RFC 3164
+        f"[{day} {mon} {lt.day:2d} {lt:%H:%M:%S} {lt.year}] NVRM: x",  # dmesg -T
+        f"[{mon} {lt.day:02d} {lt.year} {lt:%H:%M:%S}] [ERROR] [tid 1] fm",  # Fabric Manager
+        f"{mon} {lt.day:2d} {lt:%H:%M:%S} host kernel: x",  # RFC 3164
+        f"<30>{mon} {lt.day:2d} {lt:%H:%M:%S} host slurmd[12]: x",  # RFC 3164 with a priority
+        f"E{lt.month}{lt.day:02d} {lt:%H:%M:%S}.000000 139185760270418 torch/x.py:874] x",  # c10: month unpadded
+        f"[rank3]:[W{lt.month:02d}{lt.day:02d} {lt:%H:%M:%S}.000000000 ProcessGroupNCCL.cpp:1] x",  # glog
+        # journalctl short-full prints the zone's abbreviation (PST, IST) or, where it has none, an offset (+1030)
+        f"{day} {lt:%Y-%m-%d %H:%M:%S} {lt.tzname()} host kernel: x",
+        f"slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT {lt:%Y-%m-%dT%H:%M:%S} DUE TO TIME LIMIT ***",
+        f"node03: {mon} {lt.day:2d} {lt:%H:%M:%S} node03 kernel: x",  # pdsh in front of syslog
     ]
     assert parse_many(con, forms, tz, ref) == [want] * len(forms), forms
 
@@ -107,7 +130,9 @@ def test_year_less_lines_take_the_year_nearest_the_attempt(con, t, skew_days):
 @SQL_SETTINGS
 @given(
     rank=st.integers(0, 99999),
-    style=st.sampled_from(["[rank{r}]: ", "[default{r}]: ", "{r}: "]),
+    style=st.sampled_from(
+        ["[rank{r}]: ", "[default{r}]: ", "{r}: ", " {r}: ", "[node-{r}:{r}]:", "[1,{r}]<stdout>:", "[1,{r}]<stderr>: "]
+    ),
     t=moments,
     body=st.text(min_size=1, max_size=30).filter(lambda s: "\n" not in s and not s[0].isspace()),
 )
@@ -115,6 +140,21 @@ def test_rank_prefix_after_a_timestamp(con, rank, style, t, body):
     line = t.strftime("%Y-%m-%dT%H:%M:%SZ ") + style.format(r=rank) + body
     got = parse(con, line, "UTC", t.replace(tzinfo=None))
     assert got["rank"] == rank and got["ts"] == t.replace(tzinfo=None, microsecond=0)
+
+
+@SQL_SETTINGS
+@given(
+    host=st.from_regex(r"[a-z][a-z-]{0,8}[0-9]{1,3}(\.[a-z]{2,6}){0,2}", fullmatch=True),
+    rank=st.integers(0, 9999),
+    t=moments,
+)
+def test_pdsh_host_changes_nothing_but_the_body(con, host, rank, t):
+    """pdsh's "host: " is stripped; the grammar after it reads the line as if it were not there."""
+    assume(not re.match(r"(?:eth|ib|en[opsx]|bond|hsn|nvme|sd[a-z]|md|dm-|loop|mlx)", host))
+    line = t.strftime("%Y-%m-%dT%H:%M:%S.%fZ ") + f"[rank{rank}]: RuntimeError: x"
+    bare = parse(con, line, "UTC", t.replace(tzinfo=None))
+    assert parse(con, f"{host}: {line}", "UTC", t.replace(tzinfo=None)) == bare
+    assert bare["ts"] == t.replace(tzinfo=None) and bare["rank"] == rank and bare["body"] == " RuntimeError: x"
 
 
 @SQL_SETTINGS

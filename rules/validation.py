@@ -1,0 +1,72 @@
+"""`attribution rules validate`: everything that can be known about a pack without an attempt.
+
+Per file: the schema (typed vocabulary, file name = id, phase folder); per pack: the precedence and
+explicit orders (pack.check_pack_shape); per rule: its SQL is one SELECT that compiles against the
+staging schema (DuckDB binds it: unknown tables, columns and functions fail here, not in an
+attempt) and gives the columns its output needs; a Python rule's module is allowed by pack.yaml and
+has the function. Each problem is one RuleFileError naming the file, the rule and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from workload_attribution.contracts.errors import first_line
+from workload_attribution.contracts.models import AttemptScope
+from workload_attribution.contracts.staging import connected, create_staging, release_staging
+from workload_attribution.rules.engine import (
+    RuleRuntimeError,
+    Settings,
+    check_columns,
+    prepare,
+    python_rule,
+    single_select,
+)
+from workload_attribution.rules.pack import Pack, RuleFileError, validate_pack
+
+_PROBE = AttemptScope(
+    cluster="validate",
+    scheduler="static",
+    job_id="validate",
+    attempt=0,
+    nodes=["n1"],
+    start="2026-01-01T00:00:00Z",
+    end="2026-01-01T01:00:00Z",
+    state="FAILED",
+)
+
+
+def compile_rules(pack: Pack) -> list[RuleFileError]:
+    errors: list[RuleFileError] = []
+    staging = create_staging(_PROBE)
+    try:
+        with connected(staging) as con:
+            prepare(con, pack, Settings())
+            for rule in pack.rules:
+                try:
+                    if rule.sql:
+                        single_select(rule.sql)
+                        try:
+                            cols = [r[0] for r in con.execute(f"DESCRIBE {rule.sql}").fetchall()]
+                        except duckdb.Error as exc:
+                            raise RuleRuntimeError(
+                                f"does not compile against the staging schema: {first_line(exc)}"
+                            ) from None
+                        check_columns(rule, cols)
+                    elif rule.python:
+                        python_rule(pack, rule.python)
+                except RuleRuntimeError as exc:
+                    errors.append(RuleFileError(rule.path, rule.id, "sql" if rule.sql else "python", str(exc)))
+    finally:
+        release_staging(staging)
+    return errors
+
+
+def validate(rules_dir: str | Path | None) -> tuple[Pack | None, list[RuleFileError]]:
+    pack, errors = validate_pack(rules_dir)
+    if pack is None:
+        return None, errors
+    errors = compile_rules(pack)
+    return (None, errors) if errors else (pack, [])
