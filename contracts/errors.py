@@ -10,6 +10,8 @@ Interfaces map the kind to an answer (CLI exit code, HTTP status) in one place e
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def first_line(exc: BaseException) -> str:
     """An exception as one line: its message's first line, or its type when it has none."""
@@ -48,6 +50,6 @@ class NotStored(AttributionError):
     """A diagnosis was computed but could not be written where it was asked to go; the diagnosis
     travels with the error so that it is not lost (the CLI prints it)."""
 
-    def __init__(self, message: str, diagnosis: object = None):
+    def __init__(self, message: str, diagnosis: Any = None):
         super().__init__(message)
-        self.diagnosis = diagnosis
+        self.diagnosis: Any = diagnosis   # a contracts.models.Diagnosis

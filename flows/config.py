@@ -68,8 +68,9 @@ class ServiceConfig(BaseModel):
     diagnose_concurrency: int = Field(2, ge=1, le=64, description="POST /v1/diagnose computed at once; more: 429")
     diagnose_timeout_s: float = Field(120.0, gt=0, le=3600, description="POST /v1/diagnose deadline; past it: 504")
     diagnose_max_bytes: int = Field(256 * 2**20, gt=0, description="POST /v1/diagnose body (compressed) at most")
-    diagnose_max_expanded_bytes: int = Field(4 * 2**30, gt=0, description="an archive's members, expanded, at most")
+    diagnose_max_expanded_bytes: int = Field(2**30, gt=0, description="an archive's members, expanded, at most")
     diagnose_max_members: int = Field(5000, gt=0, description="an archive's members at most")
+    diagnose_max_line_bytes: int = Field(16 * 2**20, gt=0, description="a line of a posted log at most")
 
 
 class BackfillConfig(BaseModel):

@@ -42,8 +42,9 @@ class Services:
     outbox: Outbox
     metrics: Metrics
     warehouse: Any
+    pack: Any = None  # the rules pack POST /v1/diagnose runs (loaded once)
     in_flight: dict[str, asyncio.Future] = field(default_factory=dict)
-    diagnose_slots: asyncio.Semaphore | None = None
+    diagnose_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
 
     def finish(self, entry: Entry, task: asyncio.Future, source: str, late: bool) -> None:
         """A creation that outlived its request: the entry goes once the run exists; a failure
@@ -105,6 +106,7 @@ def create_app(
 ) -> FastAPI:
     """The service. Secrets come from the environment variables the configuration names; `attribution
     serve` refuses to start without them unless --insecure-no-auth (a trusted network)."""
+    from workload_attribution.flows.pipeline import load_rules
     from workload_attribution.warehouse.reads import counts_by_terminal_state
     from workload_attribution.warehouse.store import Warehouse
 
@@ -123,6 +125,7 @@ def create_app(
             lambda: counts_by_terminal_state(warehouse) if warehouse else [], outbox.stats if outbox else None
         ),
         warehouse=warehouse,
+        pack=load_rules(cfg.rules_dir),
         diagnose_slots=asyncio.Semaphore(svc_cfg.diagnose_concurrency),
     )
 
@@ -197,7 +200,7 @@ def create_app(
 
     if not dashboard_only:
         app.include_router(triggers.router)
-        app.include_router(diagnose.router)
+    app.include_router(diagnose.router)  # computes here, needs no orchestrator
     app.include_router(reads.router)
     app.include_router(ui.router)
 
