@@ -52,4 +52,4 @@ class NotStored(AttributionError):
 
     def __init__(self, message: str, diagnosis: Any = None):
         super().__init__(message)
-        self.diagnosis: Any = diagnosis   # a contracts.models.Diagnosis
+        self.diagnosis: Any = diagnosis  # a contracts.models.Diagnosis
