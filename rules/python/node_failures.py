@@ -7,14 +7,22 @@ import re
 from workload_attribution.contracts.hostlist import HostlistError, expand_hostlist
 
 NOT_RESPONDING = re.compile(r"Nodes (\S+) not responding, setting DOWN")
-KILLED = re.compile(r"on failed node (\S+)")
+KILLED = re.compile(r"(?:on failed node|due to failure of node) (\S+)")
+NODE_FAILURE = re.compile(r"Node failure on (\S+)")
 
 
 def extract(con, settings) -> list[dict]:
     out = []
     for obs_id, body in con.execute(
+        "SELECT obs_id, body FROM log_lines WHERE source = 'app' AND contains(body, 'Node failure on ')"
+    ).fetchall():
+        m = NODE_FAILURE.search(body)
+        if m:
+            out.append({"obs_id": obs_id, "symptom": "slurm_node_failure", "peer_node": m.group(1).rstrip(".,;:")})
+    for obs_id, body in con.execute(
         "SELECT obs_id, body FROM log_lines WHERE source = 'scheduler_log' "
-        "AND (contains(body, 'not responding, setting DOWN') OR contains(body, 'on failed node'))"
+        "AND (contains(body, 'not responding, setting DOWN') OR contains(body, 'on failed node') "
+        "OR contains(body, 'due to failure of node'))"
     ).fetchall():
         m = NOT_RESPONDING.search(body)
         if m:
