@@ -126,13 +126,24 @@ class Rest:
 
     def db_jobs(self, start: datetime, end: datetime) -> dict:
         return self._get(
-            f"/slurmdb/{self.version}/jobs", {"start_time": int(start.timestamp()), "end_time": int(end.timestamp())}
+            # ISO times: slurmrestd 22.05 refuses Unix seconds here ("Invalid time specification")
+            f"/slurmdb/{self.version}/jobs",
+            {"start_time": _slurm_time(start), "end_time": _slurm_time(end)},
         )
+
+
+def _slurm_time(t: datetime) -> str:
+    """A time as Slurm reads it (sacct -S, slurmrestd ?start_time=): wall clock, read in the reader's
+    zone; sacct runs here with TZ=UTC, slurmrestd hosts keep UTC (deployments/README.md)."""
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def _run(src: SlurmSource, args: list[str]) -> str:
     try:
-        out = subprocess.run([src.sacct, *args], capture_output=True, text=True, timeout=src.timeout_s)
+        # TZ=UTC: the times given (-S/-E) are UTC wall clock, whatever this host's zone
+        out = subprocess.run(
+            [src.sacct, *args], capture_output=True, text=True, timeout=src.timeout_s, env={**os.environ, "TZ": "UTC"}
+        )
     except subprocess.TimeoutExpired:
         raise TransientSourceError(f"sacct did not answer within {src.timeout_s:g}s", "timeout") from None
     except FileNotFoundError:
@@ -294,9 +305,9 @@ def discover_failed(
                     "--json",
                     "-X",
                     "-S",
-                    start.strftime("%Y-%m-%dT%H:%M:%S"),
+                    _slurm_time(start),
                     "-E",
-                    end.strftime("%Y-%m-%dT%H:%M:%S"),
+                    _slurm_time(end),
                     "--state",
                     ",".join(FAILED_STATES),
                 ],

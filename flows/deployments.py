@@ -50,8 +50,52 @@ DEPLOYMENTS = (
 )
 
 
-def apply(pool: str = POOL) -> list[str]:
-    """Create the process work pool if missing and apply every deployment; returns their names."""
+ZOMBIE_AUTOMATION = "workload-attribution: crash flow runs whose worker died"
+
+
+def crash_unresponsive_runs(after_s: float) -> None:
+    """A run whose heartbeats stop (its worker was killed, its host lost) is marked Crashed after
+    `after_s`, so no run stays Running forever and a new trigger for its attempt starts a new run
+    (Prefect's documented zombie-run automation; our workers send the heartbeats, flows/worker.py)."""
+    from datetime import timedelta
+
+    from prefect.automations import Automation
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+    from prefect.events.schemas.events import ResourceSpecification
+
+    with get_client(sync_client=True) as client:  # applied again: the newest settings win
+        for old in client.read_automations_by_name(name=ZOMBIE_AUTOMATION):
+            client.delete_automation(old.id)
+    Automation(
+        name=ZOMBIE_AUTOMATION,
+        description=f"A flow run with no heartbeat for {after_s:g} s is Crashed.",
+        trigger=EventTrigger(
+            after={"prefect.flow-run.heartbeat"},
+            expect={
+                "prefect.flow-run.heartbeat",
+                "prefect.flow-run.Completed",
+                "prefect.flow-run.Failed",
+                "prefect.flow-run.Cancelled",
+                "prefect.flow-run.Crashed",
+            },
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=timedelta(seconds=after_s),
+        ),
+        actions=[
+            ChangeFlowRunState(state=StateType.CRASHED, message=f"no heartbeat for {after_s:g} s: its worker is gone")
+        ],
+    ).create()
+
+
+def apply(pool: str = POOL, zombie_after_s: float = 90.0) -> list[str]:
+    """Create the process work pool if missing, apply every deployment and the automation that
+    crashes runs whose worker died; returns the deployments' names."""
     import importlib
 
     from prefect.client.orchestration import get_client
@@ -79,6 +123,7 @@ def apply(pool: str = POOL) -> list[str]:
             entrypoint_type=EntrypointType.MODULE_PATH,
         ).apply()
         applied.append(d.full_name)
+    crash_unresponsive_runs(zombie_after_s)
     return applied
 
 

@@ -18,6 +18,7 @@ warehouse (a diagnosis is written in one transaction, at the end), so the next b
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -26,7 +27,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 log = logging.getLogger("attribution.worker")
-HEARTBEAT_S = 30.0  # Prefect's minimum flow-run heartbeat interval
+# How often each run in flight says it is alive (Prefect's flow-run heartbeat event); the deployed
+# automation marks a run Crashed when its heartbeats stop (flows/deployments.py).
+HEARTBEAT_S = float(os.environ.get("ATTRIBUTION_HEARTBEAT_S", "30"))
 
 
 class InProcessWorker:

@@ -68,3 +68,16 @@ def seeded_warehouse(tmp_path_factory):
     summary = backfill_inline(since="3650d", bundles_dir=str(base / "bundles"), warehouse=str(wh), concurrency=2)
     assert summary.failed == 0, summary.failures
     return wh
+
+
+# Tests run in two processes (pyproject: -n 2 --dist loadgroup). Those that share a session-wide
+# service (the real Slurm, Prometheus, the Prefect stack, the wheel's venv) run in one process, in
+# file order, so each service starts once; so do the flow tests, which share the Prefect test home.
+GROUPS = {"integration": "services", "flow": "prefect-home"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        parts = pathlib.Path(str(item.fspath)).relative_to(ROOT).parts
+        if len(parts) > 2 and parts[0] == "tests" and parts[1] in GROUPS:
+            item.add_marker(pytest.mark.xdist_group(GROUPS[parts[1]]))

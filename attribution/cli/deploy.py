@@ -21,6 +21,14 @@ def add(sub: Any) -> None:
     )
     dp.add_argument("--pool", default="attribution", help="process work pool (created if missing)")
     dp.add_argument("--print-yaml", action="store_true", help="print the same deployments as a prefect.yaml")
+    dp.add_argument(
+        "--zombie-after",
+        type=float,
+        default=90.0,
+        metavar="S",
+        help="mark a flow run Crashed when its worker's heartbeats stop for S seconds (default 90: three "
+        "heartbeats of 30 s; workers beat every $ATTRIBUTION_HEARTBEAT_S)",
+    )
     dp.set_defaults(func=run)
 
 
@@ -37,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     need_prefect_server()
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    for name in deployments.apply(args.pool):
+    if args.zombie_after < 5:
+        raise BadInput("--zombie-after: 5 seconds or more")
+    for name in deployments.apply(args.pool, zombie_after_s=args.zombie_after):
         print(f"applied {name} (pool {args.pool})")
+    print(f"automation: a flow run with no heartbeat for {args.zombie_after:g} s is Crashed")
     return EXIT_OK

@@ -142,9 +142,20 @@ def create_app(
         yield
         stop.set()
         if drainer is not None:
-            with contextlib.suppress(Exception):
+            try:
                 await asyncio.wait_for(drainer, 5)
+            except Exception as exc:  # stopping anyway: what is left stays in the outbox
+                log.warning("outbox drainer did not stop cleanly: %s", exc)
         await svc.trigger.reset()
+        if outbox is not None:
+            depth, oldest = outbox.stats()
+            log.info(
+                "stopped: %d trigger(s) left in the outbox (oldest %.0f s), their runs are created at the next start",
+                depth,
+                oldest,
+            )
+        else:
+            log.info("stopped")
 
     app = FastAPI(
         title="workload-attribution",

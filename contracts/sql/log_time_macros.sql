@@ -181,11 +181,12 @@ CREATE OR REPLACE MACRO lt_class_re(s) AS regexp_extract(s,
 -- c5n111), optionally with its domain. So neither a time (10:05:01), a log level (ERROR:), a
 -- program (srun:, slurmstepd:, kernel:), a Python exception (RuntimeError:) nor a logger
 -- (torch.distributed.run:) is one; kernel device names (eth0:, ib0:, nvme0n1:, sda1:, dm-0:) are
--- excluded by their shape. Nothing is recorded: the file already names its host.
+-- excluded by their exact shapes (so srv01:, tapir3: and md-gpu7: remain hosts). Nothing is
+-- recorded: the file already names its host.
 CREATE OR REPLACE MACRO lt_pdsh_re(s) AS regexp_extract(s, '^([a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*): ', 1);
 CREATE OR REPLACE MACRO lt_pdsh_len(h) AS
     CASE WHEN h <> '' AND regexp_matches(h, '\d')
-              AND NOT regexp_full_match(h, '(?:eth|ib|ibp|ibs|en[opsx]|bond|hsn|wlan|wlp|veth|virbr|docker|tun|tap|nvme|sd[a-z]|vd[a-z]|xvd[a-z]|md|dm-|loop|nbd|sr|mlx)[0-9a-z-]*')
+              AND NOT regexp_full_match(h, '(?:(?:eth|ib|bond|hsn|wlan|virbr|docker|tun|tap|md|loop|nbd|sr|dm-)\d+|(?:ibp|ibs|en[opsx]|wlp)[0-9a-z]+|veth[0-9a-f]+|nvme\d+(?:n\d+(?:p\d+)?)?|(?:sd|vd|xvd|hd)[a-z]{1,2}\d*)')
          THEN length(h) + 2 ELSE 0 END;
 
 -- ---- Rank prefixes -------------------------------------------------------------------------------

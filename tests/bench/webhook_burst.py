@@ -43,14 +43,21 @@ class Storm:
 
 
 def plan(
-    n: int, kube, cluster: str, namespace: str, dup_share: float = 0.3, invalid_share: float = 0.05, seed: int = 5
+    n: int,
+    kube,
+    cluster: str,
+    namespace: str,
+    dup_share: float = 0.3,
+    invalid_share: float = 0.05,
+    seed: int = 5,
+    prefix: str = "burst",
 ) -> Storm:
     rng = random.Random(seed)
     template = json.loads((OOM / "scheduler" / "workload.json").read_text())
     n_invalid = int(n * invalid_share)
     n_dup = int(n * dup_share)
     n_unique = n - n_invalid - n_dup
-    unique = [f"burst-{i:05d}" for i in range(n_unique)]
+    unique = [f"{prefix}-{i:05d}" for i in range(n_unique)]
     for name in unique:
         kube.clone_workload(template["metadata"]["name"], name)
 
@@ -75,7 +82,7 @@ def plan(
         dict(conditions="nope"),
         dict(cluster="a b"),
     ]
-    bodies += [("invalid", body(f"burst-x{i}", **broken[i % len(broken)])) for i in range(n_invalid)]
+    bodies += [("invalid", body(f"{prefix}-x{i}", **broken[i % len(broken)])) for i in range(n_invalid)]
     rng.shuffle(bodies)
     return Storm(bodies, unique)
 

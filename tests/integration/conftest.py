@@ -3,6 +3,7 @@
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,14 @@ from tests.conftest import EXAMPLES, WORKED
 from tests.services.prometheus import Prometheus, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def wheel_bin(tmp_path_factory):
+    """The wheel, built and installed in a fresh virtualenv (tests/services/wheel.py): its bin/."""
+    from tests.services.wheel import build_venv
+
+    return build_venv(tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture(scope="session")
@@ -69,12 +78,11 @@ def slurm(tmp_path_factory):
         if os.environ.get("CI"):
             pytest.fail(f"{why} (.ci/run installs the packages and runs as root)")
         pytest.skip(why)
-    base = tmp_path_factory.mktemp("slurm")
-    base.chmod(0o755)  # the daemons run as slurm, munge and mysql
-    for parent in base.parents:
-        if parent == Path("/tmp") or parent == Path("/"):
-            break
-        parent.chmod(parent.stat().st_mode | 0o055)  # munged wants every directory above its socket open to all
+    # Not under pytest's base directory: pytest keeps that 0700 (and resets it when another run on this
+    # host starts), while the daemons run as slurm, munge and mysql, and munged wants every directory
+    # above its socket open to all. A directory of this run's own, removed at the end.
+    base = Path(tempfile.mkdtemp(prefix="attribution-slurm-", dir="/tmp"))
+    base.chmod(0o755)
     ports = {
         "SLURM_REST_PORT": free_port(),
         "SLURM_DB_PORT": free_port(),
@@ -104,6 +112,7 @@ def slurm(tmp_path_factory):
     os.environ.update({k: env[k] for k in ("SLURM_CONF", "SLURMRESTD_TOKEN")})
     yield env
     subprocess.run(["bash", str(ROOT / "tests/services/slurm_down.sh"), str(base)], capture_output=True, timeout=120)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
@@ -116,3 +125,84 @@ def staged():
     path = create_staging(scope)
     yield scope, path
     release_staging(path)
+
+
+# ---- the production shape (tests/services/prefect_stack.py), shared by the trigger and operations tests
+
+OOM = EXAMPLES / "host_oom_kueue-1-0"
+
+
+@pytest.fixture(scope="session")
+def kube():
+    """The Kubernetes API stand-in (no kube-apiserver runs here) holding the Kueue example's Workload."""
+    import json
+
+    from tests.services.kube_standin import KubeStandIn
+
+    server = KubeStandIn(namespace="team-a").start()
+    name = json.loads((OOM / "scheduler" / "workload.json").read_text())["metadata"]["name"]
+    server.load_bundle(OOM / "scheduler", {"kueue.x-k8s.io/workload-name": name})
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def hung_prometheus(prometheus):
+    """The real Prometheus behind a proxy that can hold connections (a hung endpoint)."""
+    from tests.services.stall_proxy import StallProxy
+
+    proxy = StallProxy("127.0.0.1", prometheus.port).start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory, kube, request, wheel_bin, hung_prometheus):
+    """Prefect server, `attribution deploy`, worker and serve, from the wheel in a fresh venv started
+    from / (as an operator installs it), with clusters: `lab` (static, the worked example's files),
+    `k8s` (Kueue via the stand-in), `ci` (the real Slurm) and `ci-hung` (the real Slurm, its metrics
+    from the real Prometheus behind the stall proxy)."""
+    import yaml
+
+    from tests.services.prefect_stack import PrefectStack
+
+    base = tmp_path_factory.mktemp("stack")
+    try:
+        slurm = request.getfixturevalue("slurm")
+    except pytest.skip.Exception:
+        slurm = None
+    files = lambda bundle, src: {"connector": "files", "path": str(bundle / "logs" / src / "{host}.log")}  # noqa: E731
+    cfg = {
+        "warehouse": str(base / "warehouse.duckdb"),
+        "service": {"answer_within_s": 15},  # CI machines are slow: answers here carry the flow run id
+        "clusters": {
+            "lab": {
+                "scheduler": "static",
+                "timezone": "Europe/Berlin",
+                "sources": {s: files(WORKED, s) for s in ("app", "syslog", "fabricmanager")},
+            },
+            "k8s": {
+                "scheduler": "kueue",
+                "kueue": {"url": kube.url, "namespace": "team-a", "token_env": None},
+                "sources": {s: files(OOM, s) for s in ("app", "syslog")},
+            },
+            "ci": {"scheduler": "slurm", "slurm": {}},
+            "ci-hung": {
+                "scheduler": "slurm",
+                "slurm": {},
+                "sources": {"metrics": {"connector": "prometheus", "url": hung_prometheus.url, "timeout_s": 300}},
+            },
+        },
+    }
+    (base / "attribution.yaml").write_text(yaml.safe_dump(cfg))
+    extra = {"SLURM_CONF": slurm["SLURM_CONF"]} if slurm else {}
+    extra["ATTRIBUTION_HEARTBEAT_S"] = "2"  # the worker's heartbeats, so a killed worker's runs crash soon
+    s = PrefectStack(base, base / "attribution.yaml", extra, bin_dir=wheel_bin, deploy_args=["--zombie-after", "15"])
+    s.slurm = slurm
+    try:
+        s.start()
+    except Exception:
+        s.stop()
+        raise
+    yield s
+    s.stop()

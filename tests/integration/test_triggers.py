@@ -24,72 +24,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
-from tests.conftest import EXAMPLES, WORKED
-from tests.services.kube_standin import KubeStandIn
-from tests.services.prefect_stack import SECRET, TOKEN, PrefectStack
+from tests.conftest import EXAMPLES
+from tests.services.prefect_stack import SECRET, TOKEN, diagnoses, metrics, wait_diagnosis
 from workload_attribution.service.auth import sign
 
 OOM = EXAMPLES / "host_oom_kueue-1-0"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-@pytest.fixture(scope="module")
-def kube():
-    server = KubeStandIn(namespace="team-a").start()
-    name = json.loads((OOM / "scheduler" / "workload.json").read_text())["metadata"]["name"]
-    server.load_bundle(OOM / "scheduler", {"kueue.x-k8s.io/workload-name": name})
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory, kube, request):
-    base = tmp_path_factory.mktemp("stack")
-    try:
-        slurm = request.getfixturevalue("slurm")
-    except pytest.skip.Exception:
-        slurm = None
-    files = lambda bundle, src: {"connector": "files", "path": str(bundle / "logs" / src / "{host}.log")}  # noqa: E731
-    cfg = {
-        "warehouse": str(base / "warehouse.duckdb"),
-        "service": {"answer_within_s": 15},  # CI machines are slow: answers here carry the flow run id
-        "clusters": {
-            "lab": {
-                "scheduler": "static",
-                "timezone": "Europe/Berlin",
-                "sources": {s: files(WORKED, s) for s in ("app", "syslog", "fabricmanager")},
-            },
-            "k8s": {
-                "scheduler": "kueue",
-                "kueue": {"url": kube.url, "namespace": "team-a", "token_env": None},
-                "sources": {s: files(OOM, s) for s in ("app", "syslog")},
-            },
-            "ci": {"scheduler": "slurm", "slurm": {}},
-        },
-    }
-    (base / "attribution.yaml").write_text(yaml.safe_dump(cfg))
-    extra = {"SLURM_CONF": slurm["SLURM_CONF"]} if slurm else {}
-    s = PrefectStack(base, base / "attribution.yaml", extra)
-    s.slurm = slurm
-    try:
-        s.start()
-    except Exception:
-        s.stop()
-        raise
-    yield s
-    s.stop()
-
-
-def wait_diagnosis(stack: PrefectStack, timeout: float = 180, **filters) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        r = httpx.get(f"{stack.url}/v1/diagnoses", params=filters, headers=AUTH, timeout=15)
-        if r.status_code == 200 and r.json()["items"]:
-            return r.json()["items"][0]
-        time.sleep(0.5)
-    raise AssertionError(f"no diagnosis for {filters} after {timeout}s\nworker log:\n{stack.log('worker')[-4000:]}")
 
 
 def test_explicit_attempt_is_diagnosed_by_the_worker(stack):
@@ -129,6 +70,7 @@ def test_duplicate_webhooks_start_one_run(stack):
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
     from prefect.deployments import run_deployment
 
+    before = metrics(stack)
     wl = json.loads((OOM / "scheduler" / "workload.json").read_text())
     body = json.dumps(
         {
@@ -184,11 +126,19 @@ def test_duplicate_webhooks_start_one_run(stack):
     assert str(again.id) in ids
     assert len(runs) == 1 and runs[0].state.is_completed()
     assert (item["terminal_state"], item["sub_domain"]) == ("application_failure", "host_oom")
-    rows = httpx.get(f"{stack.url}/v1/diagnoses", params={"cluster": "k8s"}, headers=AUTH).json()["items"]
-    assert len(rows) == 1 and rows[0]["job_id"] == f"team-a/{wl['metadata']['name']}"  # the key's job id
-    metrics = httpx.get(f"{stack.url}/metrics").text
-    assert 'attribution_triggers_total{outcome="duplicate",source="kubernetes"} 9.0' in metrics
-    assert 'attribution_flow_runs_started_total{source="kubernetes"} 1.0' in metrics
+    rows = [i for i in diagnoses(stack, cluster="k8s") if i["job_id"] == f"team-a/{wl['metadata']['name']}"]
+    assert len(rows) == 1  # under the key's job id
+    after = metrics(stack)
+    assert (
+        after['attribution_triggers_total{outcome="duplicate",source="kubernetes"}']
+        - before['attribution_triggers_total{outcome="duplicate",source="kubernetes"}']
+        == 9
+    )
+    assert (
+        after['attribution_flow_runs_started_total{source="kubernetes"}']
+        - before['attribution_flow_runs_started_total{source="kubernetes"}']
+        == 1
+    )
 
 
 def test_kubernetes_forwarder_posts_ended_workloads(stack, kube):
@@ -228,6 +178,7 @@ def test_failed_slurm_job_fires_the_hook_and_is_diagnosed(stack):
         pytest.skip("real Slurm needs root")
     from tests.integration.test_slurm import sbatch
 
+    before = metrics(stack)
     # installed as the hook's docstring says: config and secret readable by SlurmUser only
     hook_dir = Path(stack.slurm["SLURM_HOOK_DIR"])
     secret, conf = hook_dir / "webhook.secret", hook_dir / "attribution-hook.conf"
@@ -248,7 +199,7 @@ def test_failed_slurm_job_fires_the_hook_and_is_diagnosed(stack):
             "--wrap",
             "srun bash -c 'if [ $SLURM_PROCID = 1 ]; then exit 9; fi; sleep 2'",
         )
-        item = wait_diagnosis(stack, cluster="ci", timeout=240)
+        item = wait_diagnosis(stack, cluster="ci", job_id=job, timeout=240)
         latency = time.monotonic() - started
     finally:
         conf.unlink()
@@ -257,9 +208,8 @@ def test_failed_slurm_job_fires_the_hook_and_is_diagnosed(stack):
     doc = httpx.get(f"{stack.url}/v1/diagnoses/{item['diagnosis_id']}", headers=AUTH).json()
     assert doc["attempt"]["state"] == "FAILED" and len(doc["attempt"]["nodes"]) == 2
     assert {c["source"]: c["status"] for c in doc["coverage"]} == {"sacct": "ok"}
-    # a job that completes is recorded by the service, not diagnosed
-    metrics = httpx.get(f"{stack.url}/metrics").text
-    assert 'attribution_triggers_total{outcome="started",source="slurm"} 1.0' in metrics
+    started_key = 'attribution_triggers_total{outcome="started",source="slurm"}'
+    assert metrics(stack)[started_key] - before[started_key] == 1
     print(f"\nsbatch -> hook -> diagnosis visible: {latency:.1f}s")
 
 

@@ -11,12 +11,11 @@ import zipfile
 import pytest
 
 from tests.conftest import EXAMPLES, ROOT, WORKED
-from tests.services.wheel import build_venv
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory):
-    return build_venv(tmp_path_factory.mktemp("wheel"))
+def venv(wheel_bin):
+    return wheel_bin
 
 
 def run(venv, *args, **kw):

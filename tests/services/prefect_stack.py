@@ -1,6 +1,8 @@
 """The production shape on one machine: a real `prefect server start` on 127.0.0.1, the project's
-deployments applied with `attribution deploy`, one `attribution worker` (warm, runs flow runs in its own process) and
-`attribution serve`, each its own process, the way deployments/README.md tells operators to run them.
+deployments applied with `attribution deploy`, one `attribution worker` (warm, runs flow runs in its
+own process) and `attribution serve`, each its own process, the way deployments/README.md tells
+operators to run them. The project's processes run from the built wheel in a fresh virtualenv
+(tests/services/wheel.py), started from `/`: nothing of the checkout is on their path.
 """
 
 from __future__ import annotations
@@ -52,10 +54,20 @@ def _stop(proc: subprocess.Popen | None) -> None:
 
 class PrefectStack:
     def __init__(
-        self, base: Path, config: Path, extra_env: dict[str, str] | None = None, worker_args: list[str] | None = None
+        self,
+        base: Path,
+        config: Path,
+        extra_env: dict[str, str] | None = None,
+        worker_args: list[str] | None = None,
+        bin_dir: Path | None = None,
+        deploy_args: list[str] | None = None,
     ):
         self.base, self.config = base, config
         self.worker_args = worker_args or ["--limit", "4"]
+        self.deploy_args = deploy_args or []
+        # the project's own processes: the wheel's venv when given, else this interpreter
+        self.attribution = [str(bin_dir / "python") if bin_dir else sys.executable, "-m", "workload_attribution"]
+        self.cwd = "/" if bin_dir else str(ROOT)
         self.server_port, self.api_port = free_port(), free_port()
         self.prefect_url = f"http://127.0.0.1:{self.server_port}/api"
         self.url = f"http://127.0.0.1:{self.api_port}"
@@ -75,10 +87,15 @@ class PrefectStack:
         }
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         log = self.base / f"{name}.log"
         p = subprocess.Popen(
-            args, cwd=ROOT, env=self.env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True
+            args,
+            cwd=self.cwd,
+            env={**self.env, **(env or {})},
+            stdout=open(log, "ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.procs[name] = p
         return p
@@ -87,7 +104,23 @@ class PrefectStack:
         return (self.base / f"{name}.log").read_text(errors="replace")
 
     def start(self) -> PrefectStack:
-        attribution = [sys.executable, "-m", "workload_attribution"]
+        self.start_server()
+        deploy = subprocess.run(
+            [*self.attribution, "deploy", *self.deploy_args],
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        if deploy.returncode != 0:
+            raise RuntimeError(f"attribution deploy failed: {deploy.stdout[-2000:]}{deploy.stderr[-2000:]}")
+        self.start_worker()
+        self.start_service()
+        return self
+
+    def start_server(self) -> subprocess.Popen:
+        """`prefect server start` on the stack's port (again: its database is kept in PREFECT_HOME)."""
         server = self._spawn(
             "server",
             [
@@ -104,15 +137,28 @@ class PrefectStack:
             ],
         )
         _wait(f"{self.prefect_url}/health", "prefect server", server, self.base / "server.log", 120)
-        deploy = subprocess.run(
-            [*attribution, "deploy"], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=180
-        )
-        if deploy.returncode != 0:
-            raise RuntimeError(f"attribution deploy failed: {deploy.stdout[-2000:]}{deploy.stderr[-2000:]}")
-        self._spawn("worker", [*attribution, "worker", *self.worker_args])
-        service = self._spawn("service", [*attribution, "serve", "--port", str(self.api_port)])
-        _wait(f"{self.url}/healthz", "attribution serve", service, self.base / "service.log", 60)
-        return self
+        return server
+
+    def start_worker(self) -> subprocess.Popen:
+        return self._spawn("worker", [*self.attribution, "worker", *self.worker_args])
+
+    def start_service(
+        self, name: str = "service", port: int | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
+        """`attribution serve` (another one: a name, its own port and environment)."""
+        port = port or self.api_port
+        service = self._spawn(name, [*self.attribution, "serve", "--port", str(port)], env)
+        _wait(f"http://127.0.0.1:{port}/healthz", "attribution serve", service, self.base / f"{name}.log", 60)
+        return service
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Signal a process of the stack (its whole session) and wait for it to end."""
+        proc = self.procs[name]
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        proc.wait(60)
 
     def client_settings(self):
         """This test process as a Prefect client of the stack's server (settings are cached: the
@@ -122,5 +168,50 @@ class PrefectStack:
         return temporary_settings({PREFECT_API_URL: self.prefect_url})
 
     def stop(self) -> None:
-        for name in ("service", "worker", "server"):
+        for name in [n for n in self.procs if n != "server"] + ["server"]:
             _stop(self.procs.get(name))
+
+
+def diagnoses(stack: PrefectStack, **filters) -> list[dict]:
+    """Every diagnosis GET /v1/diagnoses lists for the filters (all pages)."""
+    items: list[dict] = []
+    while True:
+        r = httpx.get(
+            f"{stack.url}/v1/diagnoses",
+            params={**filters, "limit": 1000, "offset": len(items)},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=30,
+        )
+        r.raise_for_status()
+        page = r.json()["items"]
+        items += page
+        if len(page) < 1000:
+            return items
+
+
+def wait_diagnosis(stack: PrefectStack, timeout: float = 180, job_id: str | None = None, **filters) -> dict:
+    """The newest diagnosis for the filters (and job id), once there is one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            items = [i for i in diagnoses(stack, **filters) if job_id is None or i["job_id"] == job_id]
+        except httpx.HTTPError:
+            items = []  # the service is restarting
+        if items:
+            return items[0]
+        time.sleep(0.5)
+    raise AssertionError(
+        f"no diagnosis for {filters} {job_id or ''} after {timeout}s\nworker log:\n{stack.log('worker')[-4000:]}"
+    )
+
+
+def metrics(stack: PrefectStack) -> dict[str, float]:
+    """GET /metrics as {'name{labels}': value} (a counter never seen reads as 0)."""
+    from collections import defaultdict
+
+    out: dict[str, float] = defaultdict(float)
+    for line in httpx.get(f"{stack.url}/metrics", timeout=30).text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out

@@ -159,6 +159,15 @@ CASES = [
     ("torch.distributed.elastic.multiprocessing.api: [WARNING] x", None, None, "torch.distributed"),
     ("ib0: Lost carrier", None, None, "ib0: Lost carrier"),
     ("nvme0n1: I/O error", None, None, "nvme0n1: I/O"),
+    ("vda0: 2001-01-02T00:00:00Z x", None, None, "vda0: 2001"),
+    ("sdb1: rw=0, want=1, limit=2", None, None, "sdb1: rw"),
+    ("md127: detected capacity change", None, None, "md127: detected"),
+    ("enp65s0f1: Link is Down", None, None, "enp65s0f1: Link"),
+    ("dm-0: x", None, None, "dm-0: x"),
+    # ... while host names that merely begin like a device stay hosts
+    ("srv01: [rank4]: x", None, 4, " x"),
+    ("tapir3: [rank4]: x", None, 4, " x"),
+    ("md-gpu7: [rank4]: x", None, 4, " x"),
     # ctime as GPFS prints it
     (
         "Mon Jun 25 16:11:16.123 2018: Close connection to 89.116.94.81 k155n01",

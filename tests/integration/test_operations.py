@@ -1,0 +1,268 @@
+"""Operated as operators operate it: the production shape (a real Prefect server, `attribution
+deploy`, worker and serve from the wheel in a fresh venv started from /, the real Slurm) while its
+parts are stopped and killed. Nothing accepted is ever lost, nothing is diagnosed twice, no run
+stays Running.
+
+- Prefect down: serve answers 503 + Retry-After; the shipped Slurm hook answers slurmctld at once,
+  keeps the event spooled, and `attribution-hook --flush` delivers it once Prefect is back.
+- serve stopped with SIGTERM in the middle of a webhook storm, then started again: every attempt
+  answered 202 has exactly one flow run and one diagnosis (what was queued is in the outbox on
+  disk and drained at start; what was refused is re-sent, as senders do).
+- the worker killed with SIGKILL in the middle of a run (its metrics source hung behind
+  tests/services/stall_proxy.py): the automation `attribution deploy` applies marks the run Crashed
+  when its heartbeats stop, and the nightly backfill diagnoses every failed attempt once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.services.prefect_stack import SECRET, TOKEN, diagnoses, wait_diagnosis
+from tests.services.prometheus import free_port
+from workload_attribution.service.auth import sign
+
+ROOT = Path(__file__).resolve().parents[2]
+HOOK = ROOT / "deployments" / "slurm" / "attribution-hook"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def needs_slurm(stack) -> None:
+    if not stack.slurm:
+        pytest.skip("real Slurm needs root")
+
+
+def hook_config(stack, where: Path, url: str) -> Path:
+    """The hook's config and secret as its docstring installs them (readable by SlurmUser only)."""
+    secret, conf = where / "webhook.secret", where / "attribution-hook.conf"
+    secret.write_text(SECRET + "\n")
+    conf.write_text(
+        f"url = {url}\nsecret_file = {secret}\nslurm_conf = {stack.slurm['SLURM_CONF']}\n"
+        f"spool_dir = {where / 'spool'}\n"
+    )
+    for f in (secret, conf):
+        shutil.chown(f, "slurm")
+        os.chmod(f, 0o600)
+    return conf
+
+
+def spooled(spool: Path) -> list[Path]:
+    return sorted(spool.glob("*.json")) if spool.is_dir() else []
+
+
+def run_states(stack, cluster: str) -> Counter:
+    """State of every flow run of the attempt deployment whose target is on `cluster`."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    async def read():
+        async with get_client() as client:
+            dep = await client.read_deployment_by_name("attribute-attempt/attempt")
+            runs = await client.read_flow_runs(
+                deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id])), limit=200
+            )
+            return Counter(
+                r.state.type.value for r in runs if (r.parameters.get("target") or {}).get("cluster") == cluster
+            )
+
+    with stack.client_settings():
+        return asyncio.run(read())
+
+
+def test_prefect_down_refuses_with_503_and_the_hook_spools_then_flush_delivers(stack):
+    needs_slurm(stack)
+    from tests.integration.test_slurm import sbatch
+
+    hook_dir = Path(stack.slurm["SLURM_HOOK_DIR"])
+    conf = hook_config(stack, hook_dir, f"{stack.url}/v1/webhooks/slurm")
+    spool = hook_dir / "spool"
+    stack.kill("server", signal.SIGTERM)
+    try:
+        # the service cannot record a trigger without Prefect: 503 + Retry-After, so the sender keeps it
+        body = json.dumps({"cluster": "ci", "job_id": "424242", "state": "FAILED", "nodes": "node1"}).encode()
+        r = httpx.post(
+            f"{stack.url}/v1/webhooks/slurm",
+            content=body,
+            headers={**sign(SECRET, body), "Content-Type": "application/json"},
+            timeout=30,
+        )
+        assert r.status_code == 503 and int(r.headers["Retry-After"]) > 0, r.text
+
+        # a job fails; slurmctld runs the hook, which spools the event and keeps it
+        job = sbatch(stack.slurm, "-N2", "--no-requeue", "--wrap", "srun bash -c 'exit 3'")
+        deadline = time.monotonic() + 90
+        while not any(job in p.name for p in spooled(spool)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert any(job in p.name for p in spooled(spool)), f"job {job} not spooled: {list(spool.iterdir())}"
+
+        # the hook as slurmctld runs it (its environment), timed, with no service at all: it never
+        # makes slurmctld wait
+        alone = hook_dir / "alone"
+        alone.mkdir(exist_ok=True)
+        env = {
+            **os.environ,
+            "ATTRIBUTION_HOOK_CONFIG": str(
+                hook_config(stack, alone, f"http://127.0.0.1:{free_port()}/v1/webhooks/slurm")
+            ),
+            "JOBID": "424243",
+            "JOBSTATE": "FAILED",
+            "NODES": "node[1-2]",
+            "START": str(int(time.time()) - 60),
+            "END": str(int(time.time())),
+        }
+        t = time.monotonic()
+        hook = subprocess.run(["python3", str(HOOK)], env=env, capture_output=True, text=True, timeout=30)
+        took = time.monotonic() - t
+        assert hook.returncode == 0 and took < 1.0, (took, hook.stderr)
+        assert [p.name for p in spooled(alone / "spool")][0].endswith("-ci-424243.json")
+        print(f"\nhook answered slurmctld in {took * 1000:.0f} ms with no service")
+
+        # the background senders give up (the service keeps answering 503) and leave the events spooled
+        time.sleep(9)
+        names = [p.name for p in spooled(spool)]
+        assert [n for n in names if job in n], names
+        assert not (spool / "rejected").exists() or not list((spool / "rejected").iterdir())
+    finally:
+        stack.start_server()
+
+    # Prefect is back: the timer's --flush delivers, oldest first; the events leave the spool
+    flush = subprocess.run(
+        ["python3", str(HOOK), "--flush"],
+        env={**os.environ, "ATTRIBUTION_HOOK_CONFIG": str(conf)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    conf.unlink()
+    assert flush.returncode == 0, flush.stdout + flush.stderr
+    assert spooled(spool) == []
+    item = wait_diagnosis(stack, cluster="ci", job_id=job, timeout=240)
+    doc = httpx.get(f"{stack.url}/v1/diagnoses/{item['diagnosis_id']}", headers=AUTH, timeout=30).json()
+    assert doc["attempt"]["state"] == "FAILED" and len(doc["attempt"]["nodes"]) == 2
+    assert [i["job_id"] for i in diagnoses(stack, cluster="ci")].count(job) == 1
+
+
+def test_serve_stopped_mid_storm_then_restarted_loses_no_accepted_attempt(stack, kube):
+    from tests.bench.webhook_burst import plan, runs_per_key
+
+    storm = plan(20, kube, "k8s", "team-a", dup_share=0.25, invalid_share=0, seed=23, prefix="sigterm")
+    accepted: dict[str, str] = {}  # workload -> idempotency key of a 202
+    refused: list[bytes] = []  # 503 or no answer: the sender keeps it and re-sends later
+
+    async def send(client: httpx.AsyncClient, body: bytes) -> None:
+        try:
+            r = await client.post(
+                f"{stack.url}/v1/webhooks/kubernetes",
+                content=body,
+                headers={**sign(SECRET, body), "Content-Type": "application/json"},
+            )
+        except httpx.TransportError:
+            refused.append(body)
+            return
+        if r.status_code == 202:
+            accepted[json.loads(body)["name"]] = r.json()["idempotency_key"]
+        else:
+            assert r.status_code == 503, r.text
+            refused.append(body)
+
+    async def storm_with_a_stop():
+        async with httpx.AsyncClient(timeout=60) as client:
+            first = [asyncio.ensure_future(send(client, b)) for _, b in storm.bodies[:12]]
+            deadline = time.monotonic() + 60
+            while len(accepted) < 3 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(stack.kill, "service", signal.SIGTERM)  # others still in flight
+            rest = [asyncio.ensure_future(send(client, b)) for _, b in storm.bodies[12:]]  # nobody listens
+            await asyncio.gather(*first, *rest)
+
+    asyncio.run(storm_with_a_stop())
+    assert accepted and refused, (len(accepted), len(refused))  # the stop really was mid-storm
+    log = stack.log("service")
+    assert "trigger(s) left in the outbox" in log, log[-2000:]  # a stop is never silent
+
+    stack.start_service()  # the outbox left on disk is drained first
+    pending, refused[:] = list(refused), []
+    asyncio.run(_resend(pending, send))
+    assert not refused, f"{len(refused)} still refused after the restart"
+
+    deadline = time.monotonic() + 300
+    while True:
+        names = Counter(
+            i["job_id"].rpartition("/")[2] for i in diagnoses(stack, cluster="k8s") if "/sigterm-" in i["job_id"]
+        )
+        if set(names) >= set(storm.unique) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert set(accepted) == set(storm.unique)
+    assert set(names) == set(storm.unique), sorted(set(storm.unique) - set(names))[:5]
+    assert all(c == 1 for c in names.values()), [n for n, c in names.items() if c != 1]
+    runs = runs_per_key(stack)
+    assert all(runs[k] == 1 for k in accepted.values()), {k: runs[k] for k in accepted.values() if runs[k] != 1}
+
+
+async def _resend(bodies: list[bytes], send) -> None:
+    async with httpx.AsyncClient(timeout=60) as client:
+        await asyncio.gather(*[send(client, b) for b in bodies])
+
+
+def test_worker_killed_mid_run_is_crashed_and_the_nightly_diagnoses_each_attempt_once(stack, hung_prometheus):
+    needs_slurm(stack)
+    from prefect.deployments import run_deployment
+
+    from tests.integration.test_slurm import sbatch, wait_for
+
+    since = datetime.now(timezone.utc).replace(microsecond=0)
+    jobs = [sbatch(stack.slurm, "-N1", "--no-requeue", "--wrap", f"srun bash -c 'exit {c}'") for c in (4, 5)]
+    for j in jobs:
+        wait_for(stack.slurm, j, ["FAILED"], timeout=120)
+
+    hung_prometheus.stall()
+    held = hung_prometheus.held
+    r = httpx.post(f"{stack.url}/v1/attempts", json={"cluster": "ci-hung", "job_id": jobs[0]}, headers=AUTH, timeout=30)
+    assert r.status_code == 202, r.text
+    run_id = r.json()["flow_run_id"]
+    deadline = time.monotonic() + 120
+    while hung_prometheus.held == held and time.monotonic() < deadline:  # the run is collecting, stuck
+        time.sleep(0.2)
+    assert hung_prometheus.held > held, stack.log("worker")[-3000:]
+    stack.kill("worker", signal.SIGKILL)
+
+    # no heartbeat: the automation crashes the run (zombie-after 15 s in this stack)
+    from prefect.client.orchestration import get_client
+
+    async def state_of(rid: str) -> str:
+        async with get_client() as client:
+            return (await client.read_flow_run(rid)).state.type.value
+
+    deadline = time.monotonic() + 120
+    with stack.client_settings():
+        while (state := asyncio.run(state_of(run_id))) == "RUNNING" and time.monotonic() < deadline:
+            time.sleep(1)
+    assert state == "CRASHED", state
+
+    hung_prometheus.release()
+    stack.start_worker()
+    with stack.client_settings():
+        nightly = run_deployment(
+            "backfill/nightly",
+            parameters={"cluster": "ci-hung", "since": since.isoformat()},
+            timeout=300,
+            poll_interval=1,
+            as_subflow=False,
+        )
+    assert nightly.state.is_completed(), stack.log("worker")[-3000:]
+    per_job = Counter(i["job_id"] for i in diagnoses(stack, cluster="ci-hung"))
+    assert set(jobs) <= set(per_job), (jobs, per_job)
+    assert all(c == 1 for c in per_job.values()), per_job
+    assert {"RUNNING", "PENDING", "SCHEDULED"}.isdisjoint(run_states(stack, "ci-hung"))
