@@ -199,11 +199,8 @@ def collect_sacct(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
         )
     with connected(staging) as con:
         insert_observations(con, obs)
-    notes = []
-    if facts.get("state") and facts["state"].split()[0] != scope.state.split()[0]:
-        notes.append(f"attempt.yaml says state {scope.state}, sacct says {facts['state']}: the scheduler's record wins")
-    if facts.get("nodes") and sorted(facts["nodes"]) != sorted(scope.nodes):
-        notes.append(f"attempt.yaml nodes differ from sacct's allocation {facts['nodes']}: the scheduler's record wins")
+    # where attempt.yaml disagrees with this record, the record won when the attempt was scoped
+    # (tasks/steps.py record_wins, with the notes): the scope here is already the record's
     return Collected(
         Coverage(
             source="sacct",
@@ -213,7 +210,6 @@ def collect_sacct(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
             files=1,
             details={"slurm_release": facts.get("slurm_release")},
         ),
-        notes=notes,
     )
 
 

@@ -7,12 +7,16 @@ same story (flows/pipeline.py): scope -> collect (each source in parallel) -> st
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from workload_attribution.connectors import registry
+from workload_attribution.connectors import scheduler_records as sr
 from workload_attribution.connectors.bundle import SOURCES as BUNDLE_SOURCES
 from workload_attribution.connectors.bundle import BundleSource, load_scope
 from workload_attribution.connectors.clusters import ClusterConfig
@@ -20,7 +24,15 @@ from workload_attribution.connectors.registry import CollectContext, Collected, 
 from workload_attribution.contracts.errors import BadInput, SourceError, first_line
 from workload_attribution.contracts.identity import Target
 from workload_attribution.contracts.lines import normalize
-from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus, Diagnosis, Observation
+from workload_attribution.contracts.models import (
+    EARLIEST,
+    LATEST,
+    AttemptScope,
+    Coverage,
+    CoverageStatus,
+    Diagnosis,
+    Observation,
+)
 from workload_attribution.contracts.staging import connected, create_staging, insert_observations, release_staging
 from workload_attribution.contracts.vocabulary import Scheduler
 from workload_attribution.rules import report
@@ -44,16 +56,21 @@ def scope_attempt(target: Target, cluster: ClusterConfig | None = None) -> Scope
 
     A bundle's scope is its attempt.yaml; a job's comes from the cluster's scheduler (Slurm
     accounting, the Kueue Workload), waiting for the recorded end when the trigger is a completion;
-    a window is taken as given."""
+    a window is taken as given. Where a bundle's attempt.yaml and its scheduler record disagree,
+    the record wins (`record_wins`): a job or Kueue scope is the scheduler's record already."""
     if target.bundle:
         path = Path(target.bundle)
-        scope = load_scope(path)
+        written = load_scope(path)
+        scope, notes = bundle_record_wins(path, written)
         bundle = BundleSource(path=str(path))
         scoped = Scoped(
-            scope=scope, staging=create_staging(scope), sources={s: ("bundle", bundle) for s in BUNDLE_SOURCES}
+            scope=scope,
+            staging=create_staging(scope),
+            sources={s: ("bundle", bundle) for s in BUNDLE_SOURCES},
+            notes=notes,
         )
         with connected(scoped.staging) as con:
-            insert_observations(con, [scope_observation(path, scope)])
+            insert_observations(con, [scope_observation(path, written)])
         return scoped
     if cluster is None or target.cluster is None:
         raise BadInput("a job or a window is scoped on a configured cluster: name one")
@@ -93,6 +110,105 @@ def scope_attempt(target: Target, cluster: ClusterConfig | None = None) -> Scope
     for name, cfg in cluster.sources.items():
         sources[name] = (cfg.connector, cfg)
     return Scoped(scope=scope, staging=create_staging(scope), sources=sources)
+
+
+SACCT_FILE = "scheduler/sacct.json"
+# Slurm job states of a job that has not ended: a record exported then is not the attempt's last word.
+UNENDED_STATES = frozenset(
+    {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
+)
+
+
+def bundle_record_wins(bundle: Path, scope: AttemptScope) -> tuple[AttemptScope, list[str]]:
+    """The bundle's scope, with the scheduler's record (scheduler/sacct.json) winning over attempt.yaml
+    on the window, the nodes and the state, and a note for each disagreement. No record: attempt.yaml
+    as written, silently. A record that cannot be read (its coverage says why): attempt.yaml, noted."""
+    path = bundle / SACCT_FILE
+    if not path.is_file():
+        return scope, []
+    try:
+        if not path.resolve().is_relative_to(bundle.resolve()):
+            raise ValueError("a link to outside the bundle")  # never read; the sacct source refuses it too
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+        obs, facts = sr.sacct_observations(doc, scope.job_id, SACCT_FILE)
+    except Exception as exc:  # a broken record never sinks the diagnosis; the sacct source reports the error
+        return scope, [
+            f"{SACCT_FILE} could not be read ({first_line(exc)[:200]}): the scope is "
+            "attempt.yaml's, unchecked against the scheduler's record"
+        ]
+    # the steps' nodes belong to the attempt too (a record read right after the end may list fewer)
+    step_nodes = [n for o in obs if o.kind == "sacct_step" for n in o.attrs.get("nodes") or []]
+    facts["nodes"] = list(dict.fromkeys([*(facts.get("nodes") or []), *step_nodes]))
+    return record_wins(scope, facts, SACCT_FILE)
+
+
+def _host(name: str) -> str:
+    """A host as scope-attempt compares it: its short name (gpu-w05.cluster.local is gpu-w05), an IP whole."""
+    return name if re.fullmatch(r"[0-9.]+", name) else name.split(".")[0].lower()
+
+
+def _names(hosts: list[str], most: int = 20) -> str:
+    more = f" (+{len(hosts) - most} more)" if len(hosts) > most else ""
+    return (", ".join(hosts[:most]) or "none") + more
+
+
+def _word(state: str) -> str:
+    """A state's first word: `CANCELLED by 0` is `CANCELLED`."""
+    return (state.split() or [""])[0].upper()
+
+
+def _iso(t: datetime) -> str:
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def record_wins(scope: AttemptScope, facts: dict[str, Any], record: str) -> tuple[AttemptScope, list[str]]:
+    """Where attempt.yaml and the scheduler's record disagree, the record wins; a note says so.
+
+    facts: the record's `state`, `nodes`, `start`, `end` (sacct_observations). What the record leaves
+    empty (no start for a job that never started, no nodes) does not override; times agree within a
+    second (accounting keeps whole seconds); nodes agree when their hosts do (short names); states
+    agree on their first word (attempt.yaml's `CANCELLED by 0` is sacct's `CANCELLED`). A record
+    exported before the job ended (RUNNING, COMPLETING, ...) does not override the state and the end."""
+    update: dict[str, Any] = {}
+    notes: list[str] = []
+    state = str(facts.get("state") or "").strip()
+    unended = _word(state) in UNENDED_STATES
+    if unended:
+        notes.append(
+            f"{record} was taken before the job ended (state {state}): attempt.yaml's state {scope.state} and end stand"
+        )
+    elif state and _word(state) != _word(scope.state):
+        update["state"] = state
+        notes.append(
+            f"state: the scheduler's record ({record}) says {state}, attempt.yaml {scope.state}: the record wins"
+        )
+    start = facts.get("start") or scope.start
+    end = scope.end if unended else facts.get("end") or scope.end
+    if abs((start - scope.start).total_seconds()) >= 1 or abs((end - scope.end).total_seconds()) >= 1:
+        if EARLIEST <= start <= end <= LATEST:
+            update.update(start=start, end=end)
+            notes.append(
+                f"window: the scheduler's record ({record}) says {_iso(start)} to {_iso(end)}, attempt.yaml "
+                f"{_iso(scope.start)} to {_iso(scope.end)}: the record wins"
+            )
+        else:  # e.g. the record's end before attempt.yaml's start: no window to take
+            notes.append(
+                f"window: the scheduler's record ({record}) gives no usable window with attempt.yaml's "
+                f"({_iso(start)} to {_iso(end)}): attempt.yaml's {_iso(scope.start)} to {_iso(scope.end)} stands"
+            )
+    nodes = list(facts.get("nodes") or [])
+    if nodes and {_host(n) for n in nodes} != {_host(n) for n in scope.nodes}:
+        update["nodes"] = nodes
+        only_yaml = sorted({_host(n) for n in scope.nodes} - {_host(n) for n in nodes})
+        only_record = sorted({_host(n) for n in nodes} - {_host(n) for n in scope.nodes})
+        notes.append(
+            f"nodes: the scheduler's record ({record}) allocated {len(nodes)} node(s), attempt.yaml lists "
+            f"{len(scope.nodes)}; only in attempt.yaml: {_names(only_yaml)}; only in the record: "
+            f"{_names(only_record)}: the record wins"
+        )
+    if not update:
+        return scope, notes
+    return AttemptScope.model_validate({**scope.model_dump(), **update}), notes
 
 
 def scope_observation(bundle: Path, scope: AttemptScope) -> Observation:

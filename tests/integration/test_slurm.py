@@ -2,9 +2,11 @@
 (JWT), started by tests/services/slurm_up.sh (installed and started for CI by .ci/run's test run)."""
 
 import os
+import re
 import subprocess
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -74,6 +76,21 @@ def jobs(slurm):
         ["squeue", "-h", "-j", ids["node_fail"], "-o", "%N"], env=env, capture_output=True, text=True
     ).stdout.strip()
     ids["node_fail_node"] = node
+    # the next job on the timeout job's node starts as soon as the time limit kills that one, and fails
+    # on its own: the node's slurmd log then holds the earlier job's "DUE TO TIME LIMIT" line
+    ids["timeout_node"] = subprocess.run(
+        ["squeue", "-h", "-j", ids["timeout"], "-o", "%N"], env=env, capture_output=True, text=True
+    ).stdout.strip()
+    assert ids["timeout_node"], f"the timeout job is not running: {squeue}"
+    ids["after_timeout"] = sbatch(
+        slurm,
+        "-w",
+        ids["timeout_node"],
+        "--no-requeue",
+        f"--dependency=afterany:{ids['timeout']}",
+        "--wrap",
+        "echo 'RuntimeError: loss is NaN' >&2; exit 3",
+    )
     subprocess.run(["scancel", ids["cancel"]], check=True, env=env)
     subprocess.run(
         ["scontrol", "update", f"nodename={node}", "state=down", "reason=Xid 79 GPU fell off the bus"],
@@ -151,6 +168,43 @@ def test_discovers_failed_attempts_in_a_window(slurm, jobs):
 def test_timeout(slurm, jobs):
     wait_for(slurm, jobs["timeout"], ["TIMEOUT"], timeout=180)
     assert scope_job(SlurmSource(rest_url=slurm["SLURMRESTD_URL"]), "ci", jobs["timeout"]).state == "TIMEOUT"
+
+
+def test_an_earlier_jobs_time_limit_on_the_node_is_not_this_jobs(slurm, jobs):
+    """A job failing on a node right after another job hit its time limit there: the node's slurmd log
+    (collected as its syslog) holds `*** JOB <earlier> ON <node> CANCELLED AT ... DUE TO TIME LIMIT ***`
+    within the clock-skew tolerance of this job's start. It is the other job's, never this one's verdict."""
+    from workload_attribution.connectors.clusters import ClusterConfig
+    from workload_attribution.connectors.files import FilesSource
+    from workload_attribution.contracts.identity import Target
+    from workload_attribution.flows.inline import attribute_inline
+    from workload_attribution.flows.pipeline import Options
+    from workload_attribution.rules.pack import default_pack
+
+    assert wait_for(slurm, jobs["after_timeout"], ["FAILED"], timeout=180) == "FAILED"
+    node, earlier = jobs["timeout_node"], jobs["timeout"]
+    slurmd_log = Path(slurm["SLURM_CONF"]).parents[1] / "log" / "slurmd-{host}.log"
+    line = rf"\*\*\* JOB {earlier} ON {node} CANCELLED AT \S+ DUE TO TIME LIMIT \*\*\*"
+    assert re.search(line, Path(str(slurmd_log).replace("{host}", node)).read_text(errors="replace"))
+    cluster = ClusterConfig(
+        slurm=SlurmSource(rest_url=slurm["SLURMRESTD_URL"]), sources={"syslog": FilesSource(path=str(slurmd_log))}
+    )
+    pack = default_pack()
+
+    def diagnose(pack):
+        return attribute_inline(Target(cluster="ci", job_id=jobs["after_timeout"]), Options(pack=pack, cluster=cluster))
+
+    d = diagnose(pack)
+    assert d.attempt.nodes == [node] and d.attempt.state == "FAILED"
+    assert {c.source: c.status.value for c in d.coverage}["syslog"] == "ok"
+    assert (d.terminal_state, d.sub_domain) != ("scheduler_action", "time_limit"), d.explanation
+    assert d.terminal_state != "scheduler_action" and d.affected_nodes == []
+    cancels = [s for s in d.symptoms if s.symptom == "slurm_cancelled"]
+    assert cancels and all(s.role == "context" and s.details.get("out_of_scope") == "other_job" for s in cancels)
+    # without the attempt's scoping the same evidence reads as this job's time limit: the check above bites
+    unscoped = pack.model_copy(update={"rules": [r for r in pack.rules if r.id != "scope-attempt"]})
+    d = diagnose(unscoped)
+    assert (d.terminal_state, d.sub_domain) == ("scheduler_action", "time_limit")
 
 
 def test_faults(slurm, jobs, monkeypatch):
