@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import ROOT, WORKED
 from tests.helpers import diagnose
+from workload_attribution.contracts.vocabulary import Action
 from workload_attribution.rules.pack import default_pack
 from workload_attribution.warehouse.store import Warehouse, WarehouseLocked
 
@@ -22,7 +23,7 @@ def diagnosis():
 def test_rediagnosing_replaces_never_duplicates(tmp_path, diagnosis):
     wh = Warehouse(tmp_path / "w.duckdb")
     wh.write(diagnosis)
-    again = diagnosis.model_copy(update={"recommended_action": "reboot_node"})
+    again = diagnosis.model_copy(update={"recommended_action": Action("reboot_node")})
     wh.write(again)
     with wh.connect(read_only=True) as con:
         assert con.execute(
