@@ -70,14 +70,20 @@ def seeded_warehouse(tmp_path_factory):
     return wh
 
 
-# Tests run in two processes (pyproject: -n 2 --dist loadgroup). Those that share a session-wide
-# service (the real Slurm, Prometheus, the Prefect stack, the wheel's venv) run in one process, in
-# file order, so each service starts once; so do the flow tests, which share the Prefect test home.
+# Tests run in two processes (pyproject: -n 2), a group at a time: the tests that share a
+# session-wide service (the real Slurm, Prometheus, the Prefect stack, the wheel's venv) are one
+# group, in file order, so each service starts once; so are the flow tests, which share the Prefect
+# test home; any other module is its own group, so its module fixtures are built once.
 GROUPS = {"integration": "services", "flow": "prefect-home"}
 
 
-def pytest_collection_modifyitems(items):
-    for item in items:
-        parts = pathlib.Path(str(item.fspath)).relative_to(ROOT).parts
-        if len(parts) > 2 and parts[0] == "tests" and parts[1] in GROUPS:
-            item.add_marker(pytest.mark.xdist_group(GROUPS[parts[1]]))
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByServiceScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            parts = path.split("/")
+            return GROUPS.get(parts[1], path) if len(parts) > 2 and parts[0] == "tests" else path
+
+    return ByServiceScheduling(config, log)
