@@ -11,6 +11,7 @@ Every value is HTML-escaped; every query binds its parameters.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from html import escape
 from typing import Any
@@ -37,6 +38,7 @@ form.filters{margin:8px 0 16px;display:flex;gap:8px;flex-wrap:wrap;align-items:e
 form.filters label{font-size:12px;display:flex;flex-direction:column}
 .charts{display:grid;grid-template-columns:2fr 1fr 1fr;gap:16px}
 .card{background:#fff;border:1px solid #e0e0e0;padding:10px;min-width:0}.card.span2{grid-column:span 2}
+svg a text{fill:#1a56b0}svg a:hover text{text-decoration:underline}
 code,pre{font:12px/1.3 ui-monospace,monospace}pre{white-space:pre-wrap;margin:0}.muted{color:#777}
 """
 
@@ -74,6 +76,23 @@ def card(title: str, body: str, empty: bool = False, span: int = 1) -> str:
     return f"<div class='{cls}'><b>{escape(title)}</b><br>{'<p class=muted>no data</p>' if empty else body}</div>"
 
 
+def axis_labels(periods: list[str], x, y: float, spacing: float) -> list[str]:
+    """At most 8 period labels under a time axis, none overlapping (`spacing`: one period's width),
+    the date in full at the first and where the year turns."""
+    step = max(1, len(periods) // 8, math.ceil(62 / max(spacing, 0.1)))
+    out = []
+    for i, period in enumerate(periods):
+        if i % step == 0:
+            full = i == 0 or period[:4] != periods[i - step][:4]
+            out.append(f"<text x={x(i):.1f} y={y} font-size=10>{escape(period if full else period[5:])}</text>")
+    return out
+
+
+def period_link(filters: dict[str, Any], periods: list[str], ends: list[str], i: int, **change: Any) -> str:
+    """The list filtered to period i (and `change`)."""
+    return link(filters, **change, since=periods[i], until=ends[i] if i < len(ends) else None)
+
+
 def stacked_bars(
     periods: list[str],
     series: list[tuple[str, dict[str, int]]],
@@ -81,11 +100,13 @@ def stacked_bars(
     colors: dict[str, str],
     filters: dict[str, Any],
     key: str,
+    ends: list[str] | None = None,
     width: int = 640,
     height: int = 220,
 ) -> str:
     """Bars per period on a true time axis (every period of the span, empty ones too), stacked by
     `colors`' keys; each segment links to the list filtered by its key and period."""
+    ends = ends or []
     counts = dict(series)
     if not periods or not any(counts.values()):
         return card(title, "", empty=True)
@@ -97,7 +118,6 @@ def stacked_bars(
         f"<line x1={left} y1={height - bottom} x2={width} y2={height - bottom} stroke='#999'/>",
         f"<text x=2 y=14 font-size=11>{top}</text>",
     ]
-    step = max(1, len(periods) // 8)
     for i, period in enumerate(periods):
         y = float(height - bottom)
         for name, color in colors.items():
@@ -106,14 +126,13 @@ def stacked_bars(
                 continue
             h = n / top * inner_h
             y -= h
-            href = link(filters, **{key: name}, since=period)
+            href = period_link(filters, periods, ends, i, **{key: name})
             parts.append(
-                f"<a href='{escape(href)}'><rect class=bar x={left + i * bw:.1f} y={y:.1f} "
-                f"width={max(1.0, bw - 1):.1f} height={h:.1f} fill='{color}'>"
+                f"<a href='{escape(href)}'><rect class=bar data-period='{escape(period)}' x={left + i * bw:.1f} "
+                f"y={y:.1f} width={max(1.0, bw - 1):.1f} height={h:.1f} fill='{color}'>"
                 f"<title>{escape(period)} {escape(name)}: {n}</title></rect></a>"
             )
-        if i % step == 0:
-            parts.append(f"<text x={left + i * bw:.1f} y={height - 12} font-size=10>{escape(period[5:])}</text>")
+    parts += axis_labels(periods, lambda i: left + i * bw, height - 12, bw)
     parts.append("</svg>")
     legend = " ".join(
         f"<a href='{escape(link(filters, **{key: n}))}'><span class=pill style='background:{c}'>{escape(n)}</span></a>"
@@ -145,9 +164,16 @@ def hbars(
 
 
 def heatmap(
-    periods: list[str], cells: list[tuple[str, str, int]], title: str, filters: dict[str, Any], width: int = 640
+    periods: list[str],
+    cells: list[tuple[str, str, int]],
+    title: str,
+    filters: dict[str, Any],
+    ends: list[str] | None = None,
+    width: int = 640,
 ) -> str:
-    """Hosts (rows) x periods (columns): failures blamed on each host per period, darker = more."""
+    """Hosts (rows) x periods (columns): failures blamed on each host per period, darker = more;
+    a host links to its list, a cell to its list in that period."""
+    ends = ends or []
     if not periods or not cells:
         return card(title, "", empty=True, span=2)
     hosts = sorted({h for _, h, _ in cells})
@@ -168,15 +194,12 @@ def heatmap(
             if n:
                 shade = 0.25 + 0.75 * n / top
                 parts.append(
-                    f"<a href='{escape(link(filters, node=host, since=period))}'><rect class=cell "
+                    f"<a href='{escape(period_link(filters, periods, ends, i, node=host))}'><rect class=cell "
                     f"x={left + i * cw:.1f} y={y + 2} width={max(1.0, cw - 1):.1f} height={row - 4} "
                     f"fill='#d62728' fill-opacity='{shade:.2f}'><title>{escape(host)} {escape(period)}: "
                     f"{n}</title></rect></a>"
                 )
-    step = max(1, len(periods) // 8)
-    for i, period in enumerate(periods):
-        if i % step == 0:
-            parts.append(f"<text x={left + i * cw:.1f} y={height - 4} font-size=10>{escape(period[5:])}</text>")
+    parts += axis_labels(periods, lambda i: left + i * cw, height - 4, cw)
     parts.append("</svg>")
     return card(title, "".join(parts), span=2)
 
@@ -206,9 +229,12 @@ def timeline(doc: dict[str, Any], width: int = 1100) -> str:
     parts = [f"<svg role=img aria-label='symptom timeline' width={width} height={height}>"]
     for i, h in enumerate(hosts):
         y = 10 + i * row
-        parts.append(
+        label = (
             f"<text x=0 y={y + 14} font-size=12{' font-weight=bold' if h == root_node else ''}>{escape(h[:22])}</text>"
-            f"<line x1={left} y1={y + row / 2} x2={width - 10} y2={y + row / 2} stroke='#eee'/>"
+        )
+        parts.append(
+            (label if h == "(job)" else f"<a href='{escape(link({}, node=h))}'>{label}</a>")
+            + f"<line x1={left} y1={y + row / 2} x2={width - 10} y2={y + row / 2} stroke='#eee'/>"
         )
     for s in sorted(syms, key=lambda s: order.get(s["role"], 3), reverse=True):  # roots drawn last, on top
         y = 10 + hosts.index(s.get("node") or "(job)") * row
@@ -242,6 +268,7 @@ def list_page(
     total: int | None = None,
 ) -> str:
     f = {k: escape(str(v)) if v is not None else "" for k, v in filters.items()}
+    f.setdefault("per_page", "")
     states = "".join(
         f"<option{' selected' if filters.get('terminal_state') == s else ''}>{s}</option>" for s in STATE_COLORS
     )
@@ -253,7 +280,9 @@ def list_page(
         f"<label>symptom<input name=symptom placeholder='xid_79' value='{f['symptom']}'></label>"
         f"<label>switch port<input name=port placeholder='leaf-07:17' value='{f['port']}'></label>"
         f"<label>since<input name=since placeholder='7d or 2026-11-01T00:00:00Z' value='{f['since']}'></label>"
-        f"<label>until<input name=until value='{f['until']}'></label><button>filter</button>"
+        f"<label>until<input name=until value='{f['until']}'></label>"
+        + (f"<input type=hidden name=per_page value='{f['per_page']}'>" if f.get("per_page") else "")
+        + "<button>filter</button>"
         f"{a('/ui', 'clear')}</form>"
     )
     periods = trends.get("periods") or []
@@ -266,6 +295,7 @@ def list_page(
         x: XID_COLORS[i % len(XID_COLORS)] for i, x in enumerate(sorted(totals, key=lambda k: -totals[k])[:8])
     }
     per = trends.get("period", "day")
+    ends = trends.get("period_ends") or []
     charts = (
         "<div class=charts>"
         + stacked_bars(
@@ -275,11 +305,20 @@ def list_page(
             STATE_COLORS,
             filters,
             "terminal_state",
+            ends,
         )
         + hbars(trends.get("top_hosts") or [], "Top hosts (roots and affected)", "#d62728", filters, "node")
         + hbars(trends.get("top_ports") or [], "Top switch ports", "#ff7f0e", filters, "port")
-        + stacked_bars(periods, list(xid_series.items()), f"XIDs per {per} (attempts)", xid_colors, filters, "symptom")
-        + heatmap(periods, trends.get("host_periods") or [], f"Failures per host per {per}", filters)
+        + stacked_bars(
+            periods,
+            list(xid_series.items()),
+            f"XIDs per {per} (attempts{', the 8 most frequent' if len(totals) > len(xid_colors) else ''})",
+            xid_colors,
+            filters,
+            "symptom",
+            ends,
+        )
+        + heatmap(periods, trends.get("host_periods") or [], f"Failures per host per {per} (top hosts)", filters, ends)
         + "</div>"
     )
     shown = f"{(page_no - 1) * page_size + 1}-{(page_no - 1) * page_size + len(rows)}" if rows else "0"
@@ -317,27 +356,39 @@ def list_page(
     return page("Diagnoses", "".join(body))
 
 
-def diagnosis_page(doc: dict[str, Any]) -> str:
+def diagnosis_page(doc: dict[str, Any], ports: list[str] | None = None) -> str:
+    """One diagnosis; every host, switch port and symptom on it links to the list filtered by it.
+    `ports`: the switch ports it blames (where its hosts were cabled at the time)."""
     at, rc = doc["attempt"], doc.get("root_cause") or {}
     ev = {e["id"]: e for e in doc.get("evidence") or []}
+    affected = ", ".join(a(link({}, node=n), n) for n in doc.get("affected_nodes") or []) or "none"
+    port_links = ", ".join(a(link({}, port=p), p) for p in ports or [])
     head = (
-        f"<h1>{escape(at['cluster'])} / {escape(at['scheduler'])} job {escape(str(at['job_id']))} "
-        f"attempt {at['attempt']}</h1>"
-        f"<p>{pill(doc['terminal_state'])} <b>{escape(doc['sub_domain'])}</b> "
+        f"<h1>{a(link({}, cluster=at['cluster']), at['cluster'])} / {escape(at['scheduler'])} job "
+        f"{escape(str(at['job_id']))} attempt {at['attempt']}</h1>"
+        f"<p><a href='{escape(link({}, terminal_state=doc['terminal_state']))}'>{pill(doc['terminal_state'])}</a> "
+        f"<b>{escape(doc['sub_domain'])}</b> "
         f"(confidence {escape(str(doc.get('confidence')))})"
         f" &middot; action <b>{escape(doc.get('recommended_action') or '')}</b> &middot; affected "
-        f"<b>{escape(', '.join(doc.get('affected_nodes') or []) or 'none')}</b></p>"
-        f"<p>{escape(doc.get('explanation') or '')}</p>"
+        f"<b class=affected>{affected}</b>"
+        + (f" &middot; switch ports <b class=ports>{port_links}</b>" if port_links else "")
+        + f"</p><p>{escape(doc.get('explanation') or '')}</p>"
     )
     root = ""
     if rc:
         lines = "".join(
             f"<pre>{escape(ev[i]['ref'])}: {escape(ev[i]['text'])}</pre>" for i in rc.get("evidence", []) if i in ev
         )
+        title = escape(rc.get("title") or rc.get("symptom") or "")
+        component = rc.get("component") or ""
         root = (
-            f"<h2>Root cause</h2><p><b>{escape(rc.get('title') or rc.get('symptom') or '')}</b> on "
-            f"{escape(rc.get('node') or '-')} {escape(rc.get('component') or '')} "
-            f"at {escape(str(rc.get('first_seen')))}</p>{lines}"
+            "<h2>Root cause</h2><p class=root><b>"
+            + (f"<a href='{escape(link({}, symptom=rc['symptom']))}'>{title}</a>" if rc.get("symptom") else title)
+            + "</b> on "
+            + (a(link({}, node=rc["node"]), rc["node"]) if rc.get("node") else "-")
+            + " "
+            + (a(link({}, port=component), component) if component in (ports or []) else escape(component))
+            + f" at {escape(str(rc.get('first_seen')))}</p>{lines}"
         )
     order = {"root": 0, "cascade": 1, "context": 2}
     syms = sorted(doc.get("symptoms") or [], key=lambda s: (order.get(s["role"], 3), s.get("first_seen") or ""))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from workload_attribution.warehouse.store import Warehouse
@@ -35,6 +35,21 @@ SELECT d.diagnosis_id, d.cluster, d.scheduler, d.job_id, d.attempt, d.end_time A
        d.rules_version
 FROM diagnoses d LEFT JOIN diagnosis_affected_nodes a USING (diagnosis_id)
 GROUP BY ALL)
+"""
+
+
+# The switch ports a diagnosis blames: where its root's host and its affected hosts were cabled at
+# the attempt's end (topology_history), and affected components named switch:port. One definition
+# for the filter, the chart and the diagnosis page, so a port's link lists what its bar counts.
+_BLAMED_PORTS = """
+SELECT b.diagnosis_id, t.switch || ':' || t.port AS port
+FROM (SELECT diagnosis_id, cluster, end_time, root_node AS node FROM diagnoses WHERE root_node IS NOT NULL
+      UNION SELECT d.diagnosis_id, d.cluster, d.end_time, a.node
+            FROM diagnoses d JOIN diagnosis_affected_nodes a USING (diagnosis_id) WHERE a.node IS NOT NULL) b
+JOIN topology_history t
+  ON t.cluster = b.cluster AND t.peer_kind = 'host' AND t.peer = b.node
+ AND b.end_time >= t.valid_from AND (t.valid_to IS NULL OR b.end_time < t.valid_to)
+UNION SELECT diagnosis_id, component FROM diagnosis_affected_components WHERE component LIKE '%:%'
 """
 
 
@@ -68,7 +83,7 @@ class Filters:
             conds.append("diagnosis_id IN (SELECT diagnosis_id FROM diagnosis_symptoms WHERE symptom = ?)")
             args.append(self.symptom)
         if self.switch_port:
-            conds.append("diagnosis_id IN (SELECT diagnosis_id FROM diagnosis_affected_components WHERE component = ?)")
+            conds.append(f"diagnosis_id IN (SELECT diagnosis_id FROM ({_BLAMED_PORTS}) WHERE port = ?)")
             args.append(self.switch_port)
         return ("WHERE " + " AND ".join(conds)) if conds else "", args
 
@@ -105,32 +120,53 @@ def counts_by_terminal_state(wh: Warehouse) -> list[tuple[str, int]]:
     ]
 
 
-def trends(wh: Warehouse, filters: Filters) -> dict[str, Any]:
-    """What the dashboard charts: diagnoses per period by terminal state (every period of the span,
-    empty ones included), XIDs per period, failures per host per period, top hosts and ports."""
+def switch_ports(wh: Warehouse, diagnosis_id: str) -> list[str]:
+    """The switch ports one diagnosis blames (see _BLAMED_PORTS)."""
+    return [
+        str(p)
+        for (p,) in wh.rows(
+            f"SELECT DISTINCT port FROM ({_BLAMED_PORTS}) WHERE diagnosis_id = ? ORDER BY 1", [diagnosis_id.lower()]
+        )
+    ]
+
+
+MAX_PERIODS = 400
+
+
+def trends(wh: Warehouse, filters: Filters, now: datetime | None = None) -> dict[str, Any]:
+    """What the dashboard charts: diagnoses per period by terminal state, XIDs per period, failures
+    per host per period, top hosts and ports. The time axis is true: every period from the filter's
+    `since` (else the first matching attempt) to its `until` (else now when `since` is given, else
+    the last matching attempt), empty ones included; a day, a week or a month per bar by the span."""
     where, args = filters.where()
     base = _DIAGNOSES_API + f", f AS (SELECT * FROM diagnoses_api {where}) "
     span = wh.rows(base + "SELECT min(attempt_end), max(attempt_end) FROM f", args)
-    lo, hi = span[0] if span else (None, None)
-    if lo is None or hi is None:
+    first, last = span[0] if span else (None, None)
+    if first is None or last is None:
         return {
             "period": "day",
             "periods": [],
+            "period_ends": [],
             "per_period": [],
             "xids": [],
             "host_periods": [],
             "top_hosts": [],
             "top_ports": [],
         }
-    period = "day" if hi - lo <= timedelta(days=62) else "week"
-    periods = [
-        p.strftime("%Y-%m-%d")
-        for (p,) in wh.rows(
-            f"SELECT unnest(range(date_trunc('{period}', ?::TIMESTAMPTZ), date_trunc('{period}', ?::TIMESTAMPTZ) "
-            f"+ INTERVAL 1 {period}, INTERVAL 1 {period}))",
-            [lo, hi],
-        )
-    ]
+    lo = filters.since or first
+    hi = filters.until or (max(last, now or datetime.now(last.tzinfo)) if filters.since else last)
+    hi = max(hi, lo)
+    days = (hi - lo).total_seconds() / 86400
+    period = "day" if days <= 62 else "week" if days <= 730 else "month"
+    if days / {"day": 1, "week": 7, "month": 30}[period] > MAX_PERIODS:  # a `since` far back: from the first attempt
+        lo = first
+    bounds = wh.rows(
+        f"SELECT p, p + INTERVAL 1 {period} FROM (SELECT unnest(range(date_trunc('{period}', ?::TIMESTAMPTZ), "
+        f"date_trunc('{period}', ?::TIMESTAMPTZ) + INTERVAL 1 {period}, INTERVAL 1 {period})) AS p) ORDER BY p",
+        [lo, hi],
+    )
+    periods = [p.strftime("%Y-%m-%d") for p, _ in bounds]
+    period_ends = [e.strftime("%Y-%m-%d") for _, e in bounds]
     bucket = f"strftime(date_trunc('{period}', attempt_end), '%Y-%m-%d')"
     per: dict[str, dict[str, int]] = {p: {} for p in periods}
     for p, state, n in wh.rows(
@@ -168,22 +204,15 @@ def trends(wh: Warehouse, filters: Filters) -> dict[str, Any]:
     )
     ports = wh.rows(
         base
-        + """
-        , blamed AS (SELECT f.diagnosis_id, f.cluster, f.attempt_end, unnest(f.affected_nodes) AS node FROM f
-                     UNION SELECT diagnosis_id, cluster, attempt_end, root_node FROM f WHERE root_node IS NOT NULL)
-        , placed AS (SELECT b.diagnosis_id, t.switch || ':' || t.port AS port
-                     FROM blamed b JOIN topology_history t
-                       ON t.cluster = b.cluster AND t.peer_kind = 'host' AND t.peer = b.node
-                      AND b.attempt_end >= t.valid_from AND (t.valid_to IS NULL OR b.attempt_end < t.valid_to)
-                     UNION SELECT f.diagnosis_id, c.component
-                     FROM f JOIN diagnosis_affected_components c USING (diagnosis_id)
-                     WHERE c.component LIKE '%:%')
-        SELECT port, count(DISTINCT diagnosis_id) FROM placed GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 8""",
+        + f"""
+        SELECT p.port, count(DISTINCT p.diagnosis_id) FROM ({_BLAMED_PORTS}) p JOIN f USING (diagnosis_id)
+        GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 8""",
         args,
     )
     return {
         "period": period,
         "periods": periods,
+        "period_ends": period_ends,
         "per_period": sorted(per.items()),
         "xids": xids,
         "host_periods": host_periods,

@@ -19,7 +19,10 @@ def add(sub: Any) -> None:
         help="run the HTTP service (webhooks, /v1/attempts, /v1/diagnoses, /ui, /metrics)",
         description="Serve the HTTP API (OpenAPI at /docs and /openapi.json). Triggers need "
         "PREFECT_API_URL and the secrets named by service.token_env / "
-        "service.webhook_secret_env; --dashboard-only serves the reads and /ui alone.",
+        "service.webhook_secret_env; --dashboard-only serves the reads and /ui alone. Logs go to "
+        "stderr: where it listens, one access line per request, refusals and warnings. A request "
+        "head must arrive within service.header_timeout_s, a body must not stall for "
+        "service.body_timeout_s.",
     )
     sv.add_argument("--host", help="listen address (default: service.host)")
     sv.add_argument("--port", type=int, help="listen port (default: service.port)")
@@ -27,16 +30,27 @@ def add(sub: Any) -> None:
     sv.add_argument(
         "--dashboard-only",
         action="store_true",
-        help="only the reads (/v1/diagnoses, /ui, /healthz, /metrics): no Prefect, no webhook secret",
+        help="only the reads (/v1/diagnoses, /ui, /healthz, /metrics) and POST /v1/diagnose: no Prefect, "
+        "no webhook secret; the trigger routes answer 404 saying so",
     )
     sv.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (chain) ...")
     sv.add_argument("--tls-key", metavar="PEM", help="... and this private key")
+    sv.add_argument(
+        "--max-connections",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="connections held at most (default 1024); one more closes the one idle longest, or is "
+        "answered 503 when every connection has a request in progress",
+    )
+    sv.add_argument("--no-access-log", action="store_true", help="no line per request on stderr")
     sv.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from workload_attribution.service import bounded
     from workload_attribution.service.app import create_app
 
     cfg = common.load_config(args)
@@ -47,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         path = getattr(args, flag)
         if path and not os.path.isfile(path):
             raise BadInput(f"--{flag.replace('_', '-')} {path}: no such file")
+    if not 1 <= args.max_connections <= 1_000_000:
+        raise BadInput("--max-connections: 1 to 1000000")
     if not args.dashboard_only:
         need_prefect_server()
     needed = [svc.token_env] + ([] if args.dashboard_only else [svc.webhook_secret_env])
@@ -57,26 +73,47 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("workload_attribution.service")
+    if args.no_access_log:
+        logging.getLogger("workload_attribution.access").setLevel(logging.WARNING)
     if args.insecure_no_auth:
         log.warning("--insecure-no-auth: requests are accepted without a token or a signature")
+    max_connections = bounded.raise_fd_limit(args.max_connections)
+    if max_connections < args.max_connections:
+        log.warning(
+            "the open-file limit (ulimit -n) holds %d connections, not --max-connections %d",
+            max_connections,
+            args.max_connections,
+        )
     host, port = args.host or svc.host, args.port or svc.port
     scheme = "https" if args.tls_cert else "http"
-    log.info(
-        "listening on %s://%s:%d (%s)",
-        scheme,
-        host,
-        port,
-        "dashboard and reads only" if args.dashboard_only else f"triggers start {svc.deployment}",
-    )
-    uvicorn.run(
+    what = "dashboard and reads only" if args.dashboard_only else f"triggers start {svc.deployment}"
+    config = uvicorn.Config(
         create_app(cfg, dashboard_only=args.dashboard_only, insecure=args.insecure_no_auth),
         host=host,
         port=port,
+        http=bounded.protocol(svc.header_timeout_s, svc.body_timeout_s, max_connections),
+        ws="none",
         log_level="warning",
-        access_log=False,
+        access_log=False,  # ours: workload_attribution.access, one line per request with its route and time
         ssl_certfile=args.tls_cert,
         ssl_keyfile=args.tls_key,
         timeout_keep_alive=5,
         timeout_graceful_shutdown=10,
     )
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            bound = [s.getsockname() for srv in getattr(self, "servers", []) for s in srv.sockets or []]
+            where = ", ".join(f"{scheme}://{h if ':' not in h else f'[{h}]'}:{p}" for h, p, *_ in bound)
+            log.info(
+                "listening on %s (%s; max %d connections, request head within %g s, body stalls %g s)",
+                where or f"{scheme}://{host}:{port}",
+                what,
+                max_connections,
+                svc.header_timeout_s,
+                svc.body_timeout_s,
+            )
+
+    Server(config).run()
     return EXIT_OK

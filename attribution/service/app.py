@@ -211,12 +211,22 @@ def create_app(
 
     if not dashboard_only:
         app.include_router(triggers.router)
+    else:  # a trigger sent here by mistake is told so, not a bare 404 (the sender keeps it)
+
+        @app.post("/v1/webhooks/{kind}", include_in_schema=False)
+        @app.post("/v1/attempts", include_in_schema=False)
+        def no_triggers(request: Request) -> JSONResponse:
+            return JSONResponse(
+                {"detail": "this service runs --dashboard-only: it takes no triggers (send them to the trigger one)"},
+                status_code=404,
+            )
+
     app.include_router(diagnose.router)  # computes here, needs no orchestrator
     app.include_router(reads.router)
     app.include_router(ui.router)
 
     @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
+    async def healthz() -> dict[str, Any]:  # on the event loop: never queued behind reads in the thread pool
         return {
             "status": "ok",
             "version": version(),

@@ -278,21 +278,37 @@ def kind_of(head: bytes) -> str:
     raise Refused("the body is neither a .tar.gz, .tar.zst or .zip bundle nor a JSON attempt document")
 
 
-async def receive(request: Request, path: Path, limit: int, deadline: float) -> None:
+class Stalled(Exception):
+    """The body stopped arriving for body_timeout_s: 408."""
+
+
+async def receive(request: Request, path: Path, limit: int, deadline: float, stall_s: float) -> None:
+    """The body to `path`: at most `limit` bytes, all of it before `deadline`, never a pause longer
+    than `stall_s` between two pieces (a stalled sender must not hold a diagnose slot)."""
     from starlette.requests import ClientDisconnect
 
     declared = request.headers.get("content-length")
     if declared and (not declared.isdigit() or int(declared) > limit):
         raise Limit(f"body larger than diagnose_max_bytes ({limit} bytes)")
     size = 0
+    chunks = request.stream().__aiter__()
     with path.open("wb") as out:
         try:
-            async for chunk in request.stream():
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                try:
+                    chunk = await asyncio.wait_for(chunks.__anext__(), min(stall_s, left))
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    raise Stalled from None
                 size += len(chunk)
                 if size > limit:
                     raise Limit(f"body larger than diagnose_max_bytes ({limit} bytes)")
-                if time.monotonic() > deadline:
-                    raise TimeoutError
                 out.write(chunk)
         except ClientDisconnect:
             raise HTTPException(400, "client disconnected before sending the whole body") from None
@@ -418,10 +434,18 @@ async def diagnose(request: Request, store: bool = Query(False, description="als
 
     deadline = started + limits.diagnose_timeout_s
     try:
-        await receive(request, work / "body", limits.diagnose_max_bytes, deadline)
+        await receive(request, work / "body", limits.diagnose_max_bytes, deadline, limits.body_timeout_s)
     except Limit as exc:
         release()
         return answer("too_large", 413, {"detail": str(exc)})
+    except Stalled:
+        release()
+        return answer(
+            "stalled",
+            408,
+            {"detail": f"the body stopped arriving for {limits.body_timeout_s:g} s"},
+            {"Connection": "close"},
+        )
     except TimeoutError:
         release()
         return answer("timeout", 504, {"detail": f"body not received within {limits.diagnose_timeout_s:g} s"})

@@ -1,5 +1,7 @@
 """/metrics: Prometheus text of what the service does. Scrapes never touch the warehouse: the
-diagnoses gauge is a snapshot refreshed in the background at most every `refresh_s`."""
+diagnoses gauge is a snapshot refreshed in the background at most every `refresh_s` (the first
+scrape waits for the first one; scrapes arriving together share it). Each warehouse read made for
+it is counted (attribution_diagnoses_snapshots_total)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from workload_attribution.service.bounded import STATS
 
 
 class Metrics:
@@ -52,6 +56,11 @@ class Metrics:
             registry=registry,
             buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
         )
+        self.snapshots = Counter(
+            "attribution_diagnoses_snapshots",
+            "warehouse reads made for the attribution_diagnoses snapshot",
+            registry=registry,
+        )
         self._by_state = diagnoses_by_state
         self._outbox = outbox_stats
         self._snapshot: list[tuple[str, int]] = []
@@ -81,6 +90,17 @@ class Metrics:
                 "age of the diagnoses snapshot",
                 value=time.monotonic() - m._taken if m._taken else -1,
             )
+            yield GaugeMetricFamily("attribution_connections_open", "HTTP connections held", value=STATS.open)
+            yield CounterMetricFamily("attribution_connections_opened", "HTTP connections accepted", value=STATS.opened)
+            closed = CounterMetricFamily(
+                "attribution_connections_closed",
+                "connections closed by the service's bounds (header_timeout, body_timeout, shed: the one idle "
+                "longest when over --max-connections, refused: over it with every connection busy)",
+                labels=["reason"],
+            )
+            for reason in ("header_timeout", "body_timeout", "shed", "refused"):
+                closed.add_metric([reason], STATS.closed[reason])
+            yield closed
             if m._outbox is not None:
                 depth, oldest = m._outbox()
                 yield GaugeMetricFamily(
@@ -88,15 +108,22 @@ class Metrics:
                 )
                 yield GaugeMetricFamily("attribution_outbox_oldest_seconds", "age of the oldest of them", value=oldest)
 
+    def _fresh(self) -> bool:
+        return bool(self._taken) and time.monotonic() - self._taken < self.refresh_s
+
     def _refresh_later(self) -> None:
-        if self._taken and time.monotonic() - self._taken < self.refresh_s:
+        if self._fresh():
             return
         first = not self._taken
         if not self._refreshing.acquire(blocking=first):
             return
+        if self._fresh():  # taken while this scrape waited for the lock
+            self._refreshing.release()
+            return
 
         def refresh() -> None:
             try:
+                self.snapshots.inc()
                 self._snapshot = self._by_state()
             except Exception:
                 pass  # a busy or missing warehouse: keep the last snapshot

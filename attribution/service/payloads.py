@@ -108,8 +108,8 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
 
     try:
         await asyncio.wait_for(collect(), timeout_s)
-    except TimeoutError:
-        raise HTTPException(408, f"body not received within {timeout_s:g} s") from None
+    except TimeoutError:  # answered, and the connection closed: the rest of the body is not waited for
+        raise HTTPException(408, f"body not received within {timeout_s:g} s", headers={"Connection": "close"}) from None
     except ClientDisconnect:  # the sender gave up mid-body: nothing to act on, no one to answer
         raise HTTPException(400, "client disconnected before sending the whole body") from None
     return b"".join(chunks)

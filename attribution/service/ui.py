@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from html import escape
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -12,7 +13,7 @@ from workload_attribution import dashboard
 from workload_attribution.contracts.identity import NAME_PATTERN
 from workload_attribution.service.auth import token_or_cookie_ok
 from workload_attribution.service.payloads import read_body
-from workload_attribution.service.reads import DIAGNOSIS_ID, warehouse_call
+from workload_attribution.service.reads import DIAGNOSIS_ID, WHEN, warehouse_call, when
 
 router = APIRouter(include_in_schema=False)
 PAGE_SIZE = 100
@@ -43,20 +44,19 @@ def ui_list(
     symptom: Annotated[str | None, Query(pattern=r"^[a-z0-9_]{0,64}$")] = None,
     port: Annotated[str | None, Query(pattern=r"^$|^[A-Za-z0-9._/-]{1,63}:[A-Za-z0-9._/-]{1,20}$")] = None,
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
+    per_page: Annotated[int, Query(ge=10, le=500)] = PAGE_SIZE,
 ):
-    from workload_attribution.contracts.errors import BadInput
-    from workload_attribution.contracts.times import parse_when
+    from fastapi import HTTPException
+
     from workload_attribution.warehouse.reads import Filters, list_diagnoses, trends
 
     svc = request.app.state.svc
     if not token_or_cookie_ok(svc.token, request):
         return RedirectResponse("/ui/login", status_code=303)
     try:
-        since_t, until_t = (parse_when(v) if v else None for v in (since, until))
-    except BadInput:
-        return html(
-            dashboard.page("Bad filter", "<h1>since / until: an RFC 3339 time or a span ago (7d, 12h)</h1>"), 422
-        )
+        since_t, until_t = when("since", since), when("until", until)
+    except HTTPException:
+        return html(dashboard.page("Bad filter", f"<h1>since / until: {escape(WHEN)}</h1>"), 422)
     filters = Filters(
         cluster=cluster or None,
         since=since_t,
@@ -67,7 +67,7 @@ def ui_list(
         symptom=symptom or None,
         switch_port=port or None,
     )
-    rows, total = warehouse_call(request, list_diagnoses, filters, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+    rows, total = warehouse_call(request, list_diagnoses, filters, per_page, (page - 1) * per_page)
     charts = warehouse_call(request, trends, filters)
     shown = {
         "cluster": cluster,
@@ -78,15 +78,16 @@ def ui_list(
         "port": port,
         "since": since,
         "until": until,
+        "per_page": per_page if per_page != PAGE_SIZE else None,
     }
-    return html(dashboard.list_page(rows, shown, charts, page_no=page, page_size=PAGE_SIZE, total=total))
+    return html(dashboard.list_page(rows, shown, charts, page_no=page, page_size=per_page, total=total))
 
 
 @router.get("/ui/diagnoses/{diagnosis_id}", response_class=HTMLResponse)
 def ui_diagnosis(diagnosis_id: str, request: Request):
     import re
 
-    from workload_attribution.warehouse.reads import get_diagnosis
+    from workload_attribution.warehouse.reads import get_diagnosis, switch_ports
 
     svc = request.app.state.svc
     if not token_or_cookie_ok(svc.token, request):
@@ -98,7 +99,7 @@ def ui_diagnosis(diagnosis_id: str, request: Request):
     )
     if doc is None:
         return html(dashboard.page("Not found", "<h1>No such diagnosis</h1>"), 404)
-    return html(dashboard.diagnosis_page(doc))
+    return html(dashboard.diagnosis_page(doc, ports=warehouse_call(request, switch_ports, doc["diagnosis_id"])))
 
 
 @router.get("/ui/login", response_class=HTMLResponse)

@@ -341,3 +341,136 @@ def test_a_busy_orchestrator_gets_the_caller_an_answer_in_time_and_the_run_still
         assert slow.created == ["eos:slurm:4191701:0"]
         assert 'attribution_triggers_total{outcome="started_late",source="slurm"} 1.0' in metrics
         assert 'attribution_flow_runs_started_total{source="slurm"} 1.0' in metrics
+
+
+# ------------------------------------------------------------------ ids, signatures, time filters
+
+
+@pytest.mark.parametrize(
+    "doc, field",
+    [
+        ({"cluster": "eos", "job_id": "../../../etc/passwd"}, "job_id"),  # a Slurm cluster: digits only
+        ({"cluster": "k8s", "job_id": "../../../etc/passwd"}, "job_id"),  # a Kueue cluster: RFC 1123 names
+        ({"cluster": "eos", "job_id": "1\n2"}, "job_id"),
+        ({"cluster": "../eos", "job_id": "1"}, "cluster"),
+        (
+            {"cluster": "eos", "nodes": ["../../etc"], "start": "2026-11-20T10:00:00Z", "end": "2026-11-20T11:00:00Z"},
+            "nodes.0",
+        ),
+    ],
+)
+def test_explicit_attempt_ids_are_validated_like_the_webhooks(env, doc, field):
+    """/v1/attempts checks a job id with the scheduler's own form (contracts.identity.check_job_id), the
+    same check the webhooks' job ids and workload names pass; the answer names the field."""
+    client, trigger, _ = env
+    r = client.post("/v1/attempts", json=doc, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 422, r.text
+    assert field in [d["field"] for d in r.json()["detail"]], r.text
+    assert "/etc/passwd" not in json.dumps([d["field"] for d in r.json()["detail"]])
+    assert trigger.calls == []
+    for path, body in (
+        ("/v1/webhooks/slurm", {**FAILED, "job_id": "../../../etc/passwd"}),
+        (
+            "/v1/webhooks/kubernetes",
+            {"cluster": "k8s", "namespace": "team-a", "name": "../../../etc/passwd", "conditions": []},
+        ),
+    ):
+        raw = json.dumps(body).encode()
+        r = client.post(path, content=raw, headers=signed(raw))
+        assert r.status_code == 422 and r.json()["detail"][0]["field"] in ("job_id", "name"), r.text
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "..%2F..%2F..%2Fetc%2Fpasswd",
+        "x' OR 1=1 --",
+        "%00",
+        "%C3%BC" * 20,
+        "a" * 5000,
+        "0f8e4c57-6c1c-5d6b-9d54-6ee4c2a8a00g",
+        "{{7*7}}",
+    ],
+)
+def test_a_garbage_diagnosis_id_is_404_or_422_never_500(env, garbage):
+    client, _, _ = env
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    r = client.get(f"/v1/diagnoses/{garbage}", headers=auth)
+    assert r.status_code in (404, 422), (r.status_code, r.text)
+    if r.status_code == 422:
+        assert r.json()["detail"] == [{"field": "diagnosis_id", "error": "not a diagnosis id (UUID)"}]
+    assert client.get(f"/ui/diagnoses/{garbage}", headers=auth).status_code == 404
+
+
+def test_hex_signatures_are_accepted_in_either_case(env):
+    client, trigger, _ = env
+    body = json.dumps({**FAILED, "state": "COMPLETED", "exit_code": "0:0"}).encode()
+    headers = signed(body)
+    mac = headers["X-Attribution-Signature"].partition("=")[2]
+    for sig in (f"sha256={mac.upper()}", f"SHA256={mac}", f"sha256={mac[:32].upper()}{mac[32:]}"):
+        r = client.post("/v1/webhooks/slurm", content=body, headers={**headers, "X-Attribution-Signature": sig})
+        assert r.status_code == 200 and r.json()["status"] == "recorded", (sig, r.text)
+    wrong = mac[:-1] + ("0" if mac[-1] != "0" else "1")
+    r = client.post(
+        "/v1/webhooks/slurm", content=body, headers={**headers, "X-Attribution-Signature": f"sha256={wrong}"}
+    )
+    assert r.status_code == 403
+    assert trigger.calls == []
+
+
+def test_reads_take_relative_times_and_name_a_bad_one(env):
+    from tests.helpers import diagnose
+
+    client, _, cfg = env
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    d = diagnose(WORKED, warehouse=cfg.warehouse)  # its attempt ended 2026-11-20T12:13:07Z
+    for since, found in (("3650d", True), ("1h", False), ("now", False), ("2026-11-20T12:00:00Z", True)):
+        r = client.get("/v1/diagnoses", params={"since": since}, headers=auth)
+        assert r.status_code == 200 and (r.json()["total"] == 1) == found, (since, r.text)
+        assert [i["diagnosis_id"] for i in r.json()["items"]] == ([d.diagnosis_id] if found else [])
+    assert client.get("/v1/diagnoses", params={"until": "3650d"}, headers=auth).json()["total"] == 0
+    for bad in ("last tuesday", "99999999999d", "7 days"):
+        r = client.get("/v1/diagnoses", params={"since": bad}, headers=auth)
+        assert r.status_code == 422 and r.json()["detail"][0]["field"] == "since", (bad, r.text)
+    assert client.get("/ui", params={"since": "99999999999d"}, headers=auth).status_code == 422
+
+
+def test_concurrent_first_scrapes_read_the_warehouse_once():
+    """32 scrapes arriving together on a fresh service share one warehouse read; later scrapes within
+    refresh_s read nothing, and the read after it happens in the background."""
+    import threading
+
+    from workload_attribution.service.metrics import Metrics
+
+    reads = []
+
+    def by_state():
+        reads.append(time.monotonic())
+        time.sleep(0.3)  # a slow warehouse
+        return [("hardware_failure", 3)]
+
+    m = Metrics(by_state, None, refresh_s=0.5)
+    start = threading.Barrier(32)
+    texts: list[bytes] = []
+
+    def scrape():
+        start.wait()
+        texts.append(m.text())
+
+    threads = [threading.Thread(target=scrape) for _ in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(reads) == 1
+    assert all(b'attribution_diagnoses{terminal_state="hardware_failure"} 3.0' in t for t in texts)
+    for _ in range(50):
+        m.text()
+    assert len(reads) == 1
+    time.sleep(0.6)
+    t0 = time.monotonic()
+    m.text()  # stale: answered at once from the old snapshot, refreshed behind it
+    assert time.monotonic() - t0 < 0.2
+    time.sleep(0.5)
+    assert len(reads) == 2
+    assert b"attribution_diagnoses_snapshots_total 2.0" in m.text()
