@@ -9,21 +9,24 @@ the rest of the diagnosis.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+import duckdb
 import yaml
 from pydantic import ValidationError
 
 from workload_attribution.connectors import scheduler_records as sr
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.connectors.text import SQL_DIR, TextFile, scan_files
-from workload_attribution.connectors.topology import TopologyError, links_from_yaml
+from workload_attribution.connectors.topology import MAX_TOPOLOGY_BYTES, TopologyError, links_from_yaml
 from workload_attribution.contracts.errors import BadInput
-from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus
+from workload_attribution.contracts.lines import file_kind, printable_name, read_pieces, read_regular
+from workload_attribution.contracts.models import HOST_NAME, MAX_HOST, TEXT, AttemptScope, Coverage, CoverageStatus
 from workload_attribution.contracts.staging import connected, insert_observations, one, render, scalar
 
 # libyaml's C loader when present: the same safe subset, ~15x faster than the pure-Python one.
@@ -40,6 +43,9 @@ TEXT_SOURCES = {
 }
 SOURCES = ("app", "syslog", "fabricmanager", "scheduler_log", "sacct", "kueue", "metrics", "topology")
 KUEUE_FILES = ("workload.json", "pods.json", "events.json", "nodes.json")
+# Bounds on what is read whole (the logs and metrics are streamed, whatever their size).
+MAX_SCOPE_BYTES = 4 << 20  # attempt.yaml: 65,536 nodes of 60 characters fit
+MAX_RECORD_BYTES = 64 << 20  # each scheduler JSON document
 
 
 class BundleError(BadInput):
@@ -60,17 +66,51 @@ def _inside(bundle: Path, path: Path) -> bool:
         return False
 
 
+def _problem(bundle: Path, path: Path) -> str | None:
+    """Why a file of the bundle is not read: a link out of the bundle, not a regular file."""
+    if not _inside(bundle, path):
+        return "a symlink outside the bundle, not read"
+    kind = file_kind(path)
+    return f"{kind}, not a regular file: not read" if kind else None
+
+
+def _dir_problem(bundle: Path, rel_dir: str) -> str | None:
+    """Why a folder of the bundle is not read (nothing inside it is listed then): it, or a folder
+    above it in the bundle, is a link out of the bundle or not a directory."""
+    parts = rel_dir.split("/")
+    for i in range(1, len(parts) + 1):
+        rel = "/".join(parts[:i])
+        base = bundle / rel
+        if not _inside(bundle, base):
+            return f"{rel}/: a symlink outside the bundle, not read"
+        kind = file_kind(base)
+        if kind != "a directory":
+            return f"{rel}: {'missing' if kind == 'missing' else kind or 'a file'}, not a directory: not read"
+    return None
+
+
 def load_scope(bundle: Path) -> AttemptScope:
     bundle = Path(bundle)
     if not bundle.is_dir():
         raise BundleError(f"{bundle}: not a directory")
     spec = bundle / "attempt.yaml"
-    if not spec.is_file():
+    if not os.path.lexists(spec):
         raise BundleError(f"{bundle}: no attempt.yaml (the bundle's scope is required)")
     if not _inside(bundle, spec):
         raise BundleError(f"{spec}: points outside the bundle")
+    kind = file_kind(spec)
+    if kind:
+        raise BundleError(f"{spec}: {kind}, not a regular file")
     try:
-        doc = yaml.load(spec.read_text(encoding="utf-8", errors="replace"), Loader=SAFE_LOADER)
+        data = read_regular(spec, MAX_SCOPE_BYTES)
+    except OSError as exc:
+        raise BundleError(f"{spec}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BundleError(f"{spec}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        doc = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
@@ -80,11 +120,26 @@ def load_scope(bundle: Path) -> AttemptScope:
     if not isinstance(doc, dict):
         raise BundleError(f"{spec}: expected a mapping of fields, got {type(doc).__name__}")
     try:
-        return AttemptScope.model_validate(doc)
+        scope = AttemptScope.model_validate(doc)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "attempt"
         raise BundleError(f"{spec}: field '{loc}': {err['msg']}") from None
+    # names an attempt.yaml gives reach every output and every query: plain names only
+    for i, host in enumerate(scope.nodes):
+        if not re.match(HOST_NAME, host):
+            shown = printable_name(host, 40)
+            raise BundleError(
+                f"{spec}: field 'nodes.{i}': {shown!r} is not a host name (1..{MAX_HOST} characters, "
+                "no whitespace or control character)"
+            )
+    if not re.match(HOST_NAME, scope.cluster):
+        raise BundleError(f"{spec}: field 'cluster': {printable_name(scope.cluster, 40)!r} is not a cluster name")
+    for name in ("job_id", "name", "user", "state", "exit_code", "reason"):
+        value = getattr(scope, name)
+        if value is not None and not re.match(TEXT, value):
+            raise BundleError(f"{spec}: field '{name}': holds control characters")
+    return scope
 
 
 # A host's log file name: <host>.log or <host>.txt, rotated (logrotate's ".1" or dateext
@@ -105,23 +160,22 @@ def _node_of(path: Path) -> str:
 
 def _text_files(bundle: Path, rel_dir: str, per_node: bool) -> tuple[list[TextFile], list[str], list[str]]:
     """(files to read, refused with the reason, entries not read): one level, never followed into
-    sub-directories (so a directory loop cannot trap the scan)."""
+    sub-directories (so a directory loop cannot trap the scan); special files (FIFO, socket,
+    device) are named, never opened. Names are shown escaped and capped (printable_name)."""
     base = bundle / rel_dir
     files, refused, not_read = [], [], []
     for p in sorted(base.iterdir()):
         if p.name.startswith("."):
             continue
-        if not p.is_file():
-            not_read.append(
-                f"{rel_dir}/{p.name}/: a directory, not read"
-                if p.is_dir()
-                else f"{rel_dir}/{p.name}: not a regular file, not read"
-            )
-            continue
+        name = f"{rel_dir}/{printable_name(p.name)}"
         if not _inside(bundle, p):
-            refused.append(f"{rel_dir}/{p.name}: symlink outside the bundle, not read")
+            refused.append(f"{name}: symlink outside the bundle, not read")
             continue
-        files.append(TextFile(path=p, ref=f"{rel_dir}/{p.name}", node=_node_of(p) if per_node else None))
+        kind = file_kind(p)
+        if kind:
+            not_read.append(f"{name}/: a directory, not read" if kind == "a directory" else f"{name}: {kind}, not read")
+            continue
+        files.append(TextFile(path=p, ref=name, node=printable_name(_node_of(p)) if per_node else None))
     return files, refused, not_read
 
 
@@ -133,24 +187,51 @@ def _status(observations: int, unparsed: int, gaps: bool) -> CoverageStatus:
     return CoverageStatus.ok
 
 
+def _missing(source: str, rel_dir: str) -> Collected:
+    return Collected(
+        Coverage(
+            source=source, connector=CONNECTOR, status=CoverageStatus.unavailable, error=f"{rel_dir}/ not in bundle"
+        )
+    )
+
+
+def _refused(source: str, problem: str, files: int = 0) -> Collected:
+    return Collected(
+        Coverage(source=source, connector=CONNECTOR, status=CoverageStatus.error, error=problem, files=files)
+    )
+
+
+def _names(items: list[str], most: int = 10) -> str:
+    return ", ".join(items[:most]) + (f" (+{len(items) - most} more)" if len(items) > most else "")
+
+
 def collect_text(bundle: Path, scope: AttemptScope, source: str, staging: str, prefilter: list[str]) -> Collected:
     rel_dir = TEXT_SOURCES[source]
-    if not (bundle / rel_dir).is_dir():
-        return Collected(
-            Coverage(
-                source=source, connector=CONNECTOR, status=CoverageStatus.unavailable, error=f"{rel_dir}/ not in bundle"
-            )
-        )
+    parent = rel_dir.split("/")[0]
+    if not os.path.lexists(bundle / rel_dir) and not (
+        os.path.lexists(bundle / parent) and _dir_problem(bundle, parent)
+    ):
+        return _missing(source, rel_dir)
+    problem = _dir_problem(bundle, rel_dir)
+    if problem:
+        return _refused(source, problem)
     per_node = source != "scheduler_log"
     files, refused, not_read = _text_files(bundle, rel_dir, per_node)
     with connected(staging) as con:
-        stats = scan_files(con, files, source, CONNECTOR, prefilter)
+        stats = scan_files(con, files, source, CONNECTOR, prefilter, scope)
     missing = sorted(set(scope.nodes) - stats.nodes) if per_node else []
-    unparsed = stats.bad_lines + len(refused) + len(stats.corrupt)
+    unparsed = stats.bad_lines + len(refused) + len(stats.corrupt) + len(stats.errors)
+    gaps = bool(missing or not_read or stats.blank or stats.outside)
+    if stats.files and not stats.usable:  # something was read, nothing of it about the attempt
+        status = CoverageStatus.empty
+    elif not stats.files and stats.errors:
+        status = CoverageStatus.error
+    else:
+        status = _status(stats.lines, unparsed, gaps)
     cov = Coverage(
         source=source,
         connector=CONNECTOR,
-        status=_status(stats.lines, unparsed, bool(missing)),
+        status=status,
         observations=stats.lines,
         nodes=sorted(stats.nodes),
         unparsed=unparsed,
@@ -159,20 +240,44 @@ def collect_text(bundle: Path, scope: AttemptScope, source: str, staging: str, p
             "matched_lines": stats.hits,
             "lines_with_bad_bytes": stats.bad_lines,
             "long_lines": stats.long_lines,
+            "truncated_bytes": stats.truncated_bytes,
             "missing_nodes": missing,
             "refused": refused,
-            "not_read": not_read,
+            "not_read": not_read + stats.errors,
             "corrupt_archives": stats.corrupt,
+            "blank_files": stats.blank,
+            "outside_window": stats.outside,
         },
     )
-    if missing and stats.lines:
-        cov.error = f"no {source} for node(s): {', '.join(missing)}"
+    why = []
+    if stats.blank:
+        why.append(f"{len(stats.blank)} file(s) with only blank lines: {_names(stats.blank)}")
+    if stats.outside:
+        why.append(
+            f"{len(stats.outside)} file(s) with every line outside the attempt's window: {_names(stats.outside)}"
+        )
+    if stats.errors:
+        why.append(f"{len(stats.errors)} file(s) not readable: {_names(stats.errors)}")
+    if not_read:
+        why.append(f"{len(not_read)} entry(ies) not read: {_names(not_read)}")
+    if missing and stats.usable:
+        why.append(f"no {source} for node(s): {_names(missing)}")
+    cov.error = "; ".join(why) or None
     return Collected(cov, files={f.ref: f.path for f in files})
+
+
+def _number(text: str) -> int | float:
+    """A JSON integer; one of thousands of digits (past Python's int parsing limit) as a float."""
+    return int(text) if len(text) < 1000 else float(text)
 
 
 def _load_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_bytes().decode("utf-8", errors="strict"))
+        return json.loads(read_regular(path, MAX_RECORD_BYTES).decode("utf-8", errors="strict"), parse_int=_number)
+    except OSError as exc:
+        raise sr.RecordError(f"{path.name}: {exc.strerror or exc}") from None
+    except RecursionError:
+        raise sr.RecordError(f"{path.name}: nested too deeply to read") from None
     except UnicodeDecodeError as exc:
         raise sr.RecordError(f"{path.name}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
@@ -181,6 +286,12 @@ def _load_json(path: Path) -> Any:
 
 def collect_sacct(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
     path = bundle / "scheduler" / "sacct.json"
+    if os.path.lexists(path):
+        problem = _dir_problem(bundle, "scheduler") or _problem(bundle, path)
+        if problem:
+            return _refused("sacct", f"scheduler/sacct.json: {problem}")
+    elif os.path.lexists(bundle / "scheduler") and _dir_problem(bundle, "scheduler"):
+        return _refused("sacct", str(_dir_problem(bundle, "scheduler")))
     if not path.is_file():
         status = CoverageStatus.unavailable if scope.scheduler == "slurm" else CoverageStatus.skipped
         return Collected(
@@ -201,13 +312,16 @@ def collect_sacct(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
         insert_observations(con, obs)
     # where attempt.yaml disagrees with this record, the record won when the attempt was scoped
     # (tasks/steps.py record_wins, with the notes): the scope here is already the record's
+    problems = facts.get("problems") or []  # records or times that could not be read: each costs itself
     return Collected(
         Coverage(
             source="sacct",
             connector=CONNECTOR,
-            status=CoverageStatus.ok,
+            status=CoverageStatus.partial if problems else CoverageStatus.ok,
             observations=len(obs),
+            unparsed=len(problems),
             files=1,
+            error="; ".join(problems[:5]) or None,
             details={"slurm_release": facts.get("slurm_release")},
         ),
     )
@@ -220,7 +334,9 @@ def collect_kueue(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
         "events.json": sr.event_observations,
         "nodes.json": sr.node_observations,
     }
-    present = [n for n in KUEUE_FILES if (bundle / "scheduler" / n).is_file()]
+    if os.path.lexists(bundle / "scheduler") and _dir_problem(bundle, "scheduler"):
+        return _refused("kueue", str(_dir_problem(bundle, "scheduler")))
+    present = [n for n in KUEUE_FILES if os.path.lexists(bundle / "scheduler" / n)]
     if not present:
         status = CoverageStatus.unavailable if scope.scheduler == "kueue" else CoverageStatus.skipped
         return Collected(
@@ -231,20 +347,25 @@ def collect_kueue(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
                 error="no Kueue/Kubernetes objects in bundle" if status == "unavailable" else None,
             )
         )
-    obs, errors = [], []
+    obs: list = []
+    errors: list[str] = []
+    skipped: list[str] = []
     for name in present:
+        problem = _problem(bundle, bundle / "scheduler" / name)
+        if problem:
+            errors.append(f"scheduler/{name}: {problem}")
+            continue
         try:
-            obs.extend(readers[name](_load_json(bundle / "scheduler" / name), f"scheduler/{name}"))
+            obs.extend(readers[name](_load_json(bundle / "scheduler" / name), f"scheduler/{name}", problems=skipped))
         except sr.RecordError as exc:
             errors.append(str(exc))
     with connected(staging) as con:
         insert_observations(con, obs)
     missing = [n for n in KUEUE_FILES if n not in present]
-    status = (
-        CoverageStatus.error
-        if len(errors) == len(present)
-        else (CoverageStatus.partial if errors or missing else CoverageStatus.ok)
-    )
+    if errors and not obs:
+        status = CoverageStatus.error
+    else:
+        status = CoverageStatus.partial if errors or skipped or missing else CoverageStatus.ok
     return Collected(
         Coverage(
             source="kueue",
@@ -252,48 +373,69 @@ def collect_kueue(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
             status=status,
             observations=len(obs),
             files=len(present),
-            unparsed=len(errors),
-            error="; ".join(errors) or None,
-            details={"missing_files": missing},
+            unparsed=len(errors) + len(skipped),
+            error="; ".join(errors + skipped[:5]) or None,
+            details={"missing_files": missing, "records_not_read": len(skipped)},
         )
     )
 
 
 def collect_metrics(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
     base = bundle / "metrics"
-    if not base.is_dir():
-        return Collected(
-            Coverage(
-                source="metrics", connector=CONNECTOR, status=CoverageStatus.unavailable, error="metrics/ not in bundle"
-            )
-        )
-    files = [p for p in sorted(base.glob("*.prom")) if p.is_file() and _inside(bundle, p)]
+    if not os.path.lexists(base):
+        return _missing("metrics", "metrics")
+    problem = _dir_problem(bundle, "metrics")
+    if problem:
+        return _refused("metrics", problem)
+    files, errors = [], []
+    for p in sorted(base.glob("*.prom")):
+        why = _problem(bundle, p)
+        if why:
+            errors.append(f"metrics/{printable_name(p.name)}: {why}")
+        else:
+            files.append(p)
+    data_lines = duplicates = bad_lines = 0
     with connected(staging) as con:
         before = scalar(con, "SELECT count(*) FROM samples")
-        data_lines = duplicates = 0
-        errors = []
+        parse = render("parse_prom.sql", SQL_DIR)
+        insert = render("insert_samples.sql", SQL_DIR)
         for p in files:
-            try:
-                con.execute(render("parse_prom.sql", SQL_DIR, files="read_text($paths)"), {"paths": [str(p)]})
-                con.execute(
-                    render("insert_samples.sql", SQL_DIR),
-                    {"paths": [str(p)], "refs": [f"metrics/{p.name}"], "connector": CONNECTOR},
-                )
-            except Exception as exc:  # not UTF-8, or DuckDB cannot parse: report, keep going
-                errors.append(f"metrics/{p.name}: {str(exc).splitlines()[0]}")
+            ref = f"metrics/{printable_name(p.name)}"
+            pieces = 0
+            try:  # a file in pieces of whole lines (streamed); a bad line costs that line
+                for piece in read_pieces(p):
+                    pieces += 1
+                    con.execute(parse, {"content": piece.text, "first": piece.first, "lenient": piece.lenient})
+                    con.execute(insert, {"ref": ref, "connector": CONNECTOR})
+                    n_data, n_bad, dupes = one(
+                        con,
+                        "SELECT coalesce(max(n_data), 0), coalesce(max(n_bad), 0), "
+                        "count(*) FILTER (WHERE ok) - count(DISTINCT (metric, label_text, time)) FILTER (WHERE ok) "
+                        "FROM (SELECT *, value IS NOT NULL AND time IS NOT NULL AND labels IS NOT NULL AS ok "
+                        "FROM prom_parsed)",
+                    )
+                    data_lines += n_data
+                    bad_lines += n_bad
+                    duplicates += dupes
+            except (OSError, duckdb.Error) as exc:  # unreadable, or DuckDB cannot parse: report, keep going
+                errors.append(f"{ref}: {(str(exc).splitlines() or [type(exc).__name__])[0]}")
                 continue
-            n_data, dupes = one(
-                con,
-                "SELECT coalesce(max(n_data), 0), count(*) - count(DISTINCT (metric, label_text, time)) "
-                "FROM prom_parsed WHERE value IS NOT NULL AND time IS NOT NULL",
-            )
-            data_lines += n_data
-            duplicates += dupes
+            if pieces > 1:  # a sample repeated across pieces is stored once too
+                duplicates += scalar(  # DELETE answers the number of rows it deleted
+                    con,
+                    """
+                    DELETE FROM samples WHERE path = $ref AND obs_id IN (
+                        SELECT obs_id FROM samples WHERE path = $ref
+                        QUALIFY row_number() OVER (PARTITION BY metric, series, time ORDER BY lineno) > 1)
+                    """,
+                    {"ref": ref},
+                )
         stored = scalar(con, "SELECT count(*) FROM samples") - before
         nodes = [
             r[0] for r in con.execute("SELECT DISTINCT node FROM samples WHERE node IS NOT NULL ORDER BY 1").fetchall()
         ]
-    unparsed = max(0, data_lines - stored - duplicates) + len(errors)
+    not_stored = max(0, data_lines - stored - duplicates)
+    unparsed = not_stored + len(errors) + bad_lines
     status = CoverageStatus.error if errors and not stored else _status(stored, unparsed, False)
     return Collected(
         Coverage(
@@ -306,8 +448,9 @@ def collect_metrics(bundle: Path, scope: AttemptScope, staging: str) -> Collecte
             files=len(files),
             error="; ".join(errors) or None,
             details={
-                "samples_without_value_or_time": max(0, data_lines - stored - duplicates),
+                "samples_without_value_or_time": not_stored,
                 "duplicate_samples": duplicates,
+                "lines_with_bad_bytes": bad_lines,
             },
         )
     )
@@ -315,7 +458,7 @@ def collect_metrics(bundle: Path, scope: AttemptScope, staging: str) -> Collecte
 
 def collect_topology(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
     path = bundle / "topology.yaml"
-    if not path.is_file():
+    if not os.path.lexists(path):
         return Collected(
             Coverage(
                 source="topology",
@@ -324,19 +467,20 @@ def collect_topology(bundle: Path, scope: AttemptScope, staging: str) -> Collect
                 error="topology.yaml not in bundle",
             )
         )
+    problem = _problem(bundle, path)
+    if problem:
+        return _refused("topology", f"topology.yaml: {problem}")
+    skipped: list[str] = []
     try:
-        doc = yaml.load(path.read_text(encoding="utf-8", errors="replace"), Loader=SAFE_LOADER) or {}
-        rows = links_from_yaml(doc)
-    except (yaml.YAMLError, TopologyError, AttributeError) as exc:
-        return Collected(
-            Coverage(
-                source="topology",
-                connector=CONNECTOR,
-                status=CoverageStatus.error,
-                error=f"topology.yaml: {str(exc).splitlines()[0]}",
-                files=1,
-            )
-        )
+        text = read_regular(path, MAX_TOPOLOGY_BYTES).decode("utf-8", errors="replace")
+        doc = yaml.load(text, Loader=SAFE_LOADER) or {}
+        rows = links_from_yaml(doc, skipped=skipped)
+    except OSError as exc:
+        return _refused("topology", f"topology.yaml: {exc.strerror or exc}", files=1)
+    except (yaml.YAMLError, TopologyError, AttributeError, RecursionError) as exc:
+        return _refused("topology", f"topology.yaml: {(str(exc).splitlines() or [type(exc).__name__])[0]}", files=1)
+    if skipped and not rows:
+        return _refused("topology", f"topology.yaml: no link could be read: {'; '.join(skipped[:3])}", files=1)
     if rows:
         with connected(staging) as con:
             con.execute(
@@ -354,10 +498,12 @@ def collect_topology(bundle: Path, scope: AttemptScope, staging: str) -> Collect
         Coverage(
             source="topology",
             connector=CONNECTOR,
-            status=_status(len(rows), 0, False),
+            status=_status(len(rows), len(skipped), False),
             observations=len(rows),
+            unparsed=len(skipped),
             files=1,
-            details={"hosts_outside_allocation": len(unknown)},
+            error="; ".join(skipped[:5]) or None,
+            details={"hosts_outside_allocation": len(unknown), "entries_not_read": len(skipped)},
         )
     )
 

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.connectors.text import TextFile, scan_files
+from workload_attribution.contracts.lines import file_kind, printable_name
 from workload_attribution.contracts.models import Coverage, CoverageStatus
 from workload_attribution.contracts.staging import connected
 
@@ -32,33 +33,57 @@ class FilesSource(SourceConfig):
 @register(CONNECTOR, FilesSource)
 def collect(ctx: CollectContext[FilesSource]) -> Collected:
     started = time.monotonic()
-    files, missing = [], []
+    files, missing, not_read = [], [], []
     for host in ctx.scope.nodes:
         p = Path(ctx.config.path.replace("{host}", host))
-        if p.is_file():
-            files.append(TextFile(path=p, ref=str(p), node=host))
-        else:
+        kind = file_kind(p)
+        if kind is None:
+            files.append(TextFile(path=p, ref=printable_name(str(p), most=1024), node=host))
+        elif kind == "missing":
+            missing.append(host)
+        else:  # a FIFO, a device, a directory: named, never opened
+            not_read.append(f"{printable_name(str(p))}: {kind}, not read")
             missing.append(host)
     with connected(ctx.staging) as con:
-        stats = scan_files(con, files, ctx.source, CONNECTOR, list(ctx.prefilter))
+        stats = scan_files(con, files, ctx.source, CONNECTOR, list(ctx.prefilter), ctx.scope)
+    no_data = sorted(set(ctx.scope.nodes) - stats.nodes)
     if not files:
         status = CoverageStatus.unavailable
-    elif missing or stats.bad_lines:
+    elif stats.files and not stats.usable:  # read, but nothing of it about the attempt
+        status = CoverageStatus.empty
+    elif no_data or stats.bad_lines or stats.errors:
         status = CoverageStatus.partial
     elif stats.lines == 0:
         status = CoverageStatus.empty
     else:
         status = CoverageStatus.ok
+    why = []
+    if missing:
+        why.append(f"no file for node(s): {', '.join(missing[:20])}")
+    if stats.blank:
+        why.append(f"{len(stats.blank)} file(s) with only blank lines")
+    if stats.outside:
+        why.append(f"{len(stats.outside)} file(s) with every line outside the attempt's window")
+    if stats.errors:
+        why.append(f"{len(stats.errors)} file(s) not readable")
     cov = Coverage(
         source=ctx.source,
         connector=CONNECTOR,
         status=status,
         observations=stats.lines,
         nodes=sorted(stats.nodes),
-        unparsed=stats.bad_lines,
+        unparsed=stats.bad_lines + len(stats.errors),
         files=stats.files,
         duration_ms=int((time.monotonic() - started) * 1000),
-        error=f"no file for node(s): {', '.join(missing)}" if missing else None,
-        details={"matched_lines": stats.hits, "missing_nodes": missing},
+        error="; ".join(why) or None,
+        details={
+            "matched_lines": stats.hits,
+            "missing_nodes": missing,
+            "long_lines": stats.long_lines,
+            "truncated_bytes": stats.truncated_bytes,
+            "not_read": not_read + stats.errors,
+            "blank_files": stats.blank,
+            "outside_window": stats.outside,
+        },
     )
     return Collected(cov, files={f.ref: f.path for f in files})

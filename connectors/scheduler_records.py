@@ -11,19 +11,34 @@ from typing import Any
 
 from workload_attribution.contracts.errors import SourceError
 from workload_attribution.contracts.hostlist import expand_hostlist
-from workload_attribution.contracts.models import Observation
+from workload_attribution.contracts.models import EARLIEST, LATEST, Observation
 
 
 class RecordError(SourceError):
     """The document is not what it claims to be (wrong shape, another job)."""
 
 
-def _epoch(value: Any) -> datetime | None:
+def _epoch(value: Any, problems: list[str] | None = None, what: str = "time") -> datetime | None:
+    """A Unix time; one outside 1970..2200 (or not a number) is no time, and a problem when counted."""
     if isinstance(value, dict):  # slurm >= 23.02 wraps numbers: {"set": true, "number": N}
         value = value.get("number") if value.get("set", True) else None
-    if isinstance(value, (int, float)) and value > 0:
-        return datetime.fromtimestamp(value, tz=timezone.utc)
-    return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return None
+    if not EARLIEST.timestamp() <= value < LATEST.timestamp():
+        if problems is not None:
+            problems.append(f"{what} {str(value)[:24]}: outside {EARLIEST.year}..{LATEST.year}, no time")
+        return None
+    return datetime.fromtimestamp(value, tz=timezone.utc)
+
+
+def _within(what: str, problems: list[str] | None, read: Any) -> Any:
+    """One record read on its own: a record of the wrong shape costs that record (counted)."""
+    try:
+        return read()
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
+        if problems is not None:
+            problems.append(f"{what}: not read ({type(exc).__name__}: {str(exc)[:120]})")
+        return None
 
 
 def _exit(value: Any) -> dict[str, Any]:
@@ -66,7 +81,8 @@ def sacct_observations(
     # several records under one id, the attempt is the latest submitted, and the others are not its evidence.
     jobs = [latest_record(jobs)]
     obs: list[Observation] = []
-    facts: dict[str, Any] = {"slurm_release": release}
+    problems: list[str] = []
+    facts: dict[str, Any] = {"slurm_release": release, "problems": problems}
     for job in jobs:
         t = job.get("time") or {}
         state = _state(job.get("state"))
@@ -80,8 +96,8 @@ def sacct_observations(
             "exit_code": exit_code,
             "nodes": nodes,
             "cluster": job.get("cluster"),
-            "start": _epoch(t.get("start")),
-            "end": _epoch(t.get("end")),
+            "start": _epoch(t.get("start"), problems, "job time.start"),
+            "end": _epoch(t.get("end"), problems, "job time.end"),
             "restarts": job.get("restart_cnt"),
             "slurm_release": release,
             "requeue": (job.get("flags") or []),
@@ -99,33 +115,42 @@ def sacct_observations(
             )
         )
         facts.update(state=state, nodes=nodes, start=attrs["start"], end=attrs["end"], exit_code=exit_code)
-        for step in job.get("steps") or []:
-            st = step.get("step") or {}
-            step_id = st.get("id") if not isinstance(st.get("id"), dict) else st["id"].get("step_id")
-            snodes = (step.get("nodes") or {}).get("list") or expand_hostlist((step.get("nodes") or {}).get("range"))
-            stime = step.get("time") or {}
-            sattrs = {
-                "job_id": attrs["job_id"],
-                "step_id": str(step_id),
-                "name": st.get("name"),
-                "state": _state(step.get("state")),
-                "exit_code": _exit(step.get("exit_code")),
-                "nodes": snodes,
-                "start": _epoch(stime.get("start")),
-                "end": _epoch(stime.get("end")),
-            }
-            obs.append(
-                Observation(
-                    source="sacct",
-                    connector=connector,
-                    kind="sacct_step",
-                    time=sattrs["end"] or sattrs["start"],
-                    text=f"step {attrs['job_id']}.{sattrs['step_id']} ({sattrs['name']}) state={sattrs['state']}",
-                    path=path,
-                    attrs=sattrs,
-                )
+        steps = job.get("steps") or []
+        for i, step in enumerate(steps if isinstance(steps, list) else []):
+            one = _within(
+                f"step {i}", problems, lambda step=step, job=attrs: _sacct_step(step, job, path, connector, problems)
             )
+            if one is not None:
+                obs.append(one)
     return obs, facts
+
+
+def _sacct_step(step: Any, attrs: dict[str, Any], path: str, connector: str, problems: list[str]) -> Observation:
+    if not isinstance(step, dict):
+        raise TypeError(f"a step is an object, not {type(step).__name__}")
+    st = step.get("step") or {}
+    step_id = st.get("id") if not isinstance(st.get("id"), dict) else st["id"].get("step_id")
+    snodes = (step.get("nodes") or {}).get("list") or expand_hostlist((step.get("nodes") or {}).get("range"))
+    stime = step.get("time") or {}
+    sattrs = {
+        "job_id": attrs["job_id"],
+        "step_id": str(step_id),
+        "name": st.get("name"),
+        "state": _state(step.get("state")),
+        "exit_code": _exit(step.get("exit_code")),
+        "nodes": snodes,
+        "start": _epoch(stime.get("start"), problems, f"step {step_id} time.start"),
+        "end": _epoch(stime.get("end"), problems, f"step {step_id} time.end"),
+    }
+    return Observation(
+        source="sacct",
+        connector=connector,
+        kind="sacct_step",
+        time=sattrs["end"] or sattrs["start"],
+        text=f"step {attrs['job_id']}.{sattrs['step_id']} ({sattrs['name']}) state={sattrs['state']}",
+        path=path,
+        attrs=sattrs,
+    )
 
 
 def latest_record(jobs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -150,38 +175,60 @@ def _items(doc: Any, what: str) -> list[dict[str, Any]]:
     return [doc]
 
 
-def _k8s_time(value: Any) -> datetime | None:
+def _k8s_time(value: Any, problems: list[str] | None = None) -> datetime | None:
+    """An RFC 3339 time; one outside 1970..2200 (year 10000 in UTC) is no time, counted."""
     if not isinstance(value, str) or not value:
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=timezone.utc)
+        t = t.astimezone(timezone.utc)
+    except (ValueError, OverflowError):
+        t = None
+    if t is None or not EARLIEST <= t < LATEST:
+        if problems is not None:
+            problems.append(f"time {value[:40]!r}: not an RFC 3339 time within {EARLIEST.year}..{LATEST.year}")
         return None
+    return t
 
 
-def workload_observations(doc: Any, path: str, connector: str = "bundle") -> list[Observation]:
-    obs = []
-    for wl in _items(doc, "workload"):
+def _records(items: list[dict[str, Any]], what: str, problems: list[str] | None, read: Any) -> list[Observation]:
+    """Each item read on its own (read(item) -> observations): a bad item costs that item."""
+    out: list[Observation] = []
+    for i, item in enumerate(items):
+        got = _within(f"{what} item {i}", problems, lambda item=item: read(item))
+        out.extend(got or [])
+    return out
+
+
+def workload_observations(
+    doc: Any, path: str, connector: str = "bundle", problems: list[str] | None = None
+) -> list[Observation]:
+    def read(wl: dict[str, Any]) -> list[Observation]:
         name = (wl.get("metadata") or {}).get("name")
-        for c in (wl.get("status") or {}).get("conditions") or []:
-            obs.append(
-                Observation(
-                    source="kueue",
-                    connector=connector,
-                    kind="workload_condition",
-                    time=_k8s_time(c.get("lastTransitionTime")),
-                    text=f"Workload {name} {c.get('type')}={c.get('status')} reason={c.get('reason')}: "
-                    f"{c.get('message') or ''}",
-                    path=path,
-                    attrs={"workload": name, **{k: c.get(k) for k in ("type", "status", "reason", "message")}},
-                )
+        return [
+            Observation(
+                source="kueue",
+                connector=connector,
+                kind="workload_condition",
+                time=_k8s_time(c.get("lastTransitionTime"), problems),
+                text=f"Workload {name} {c.get('type')}={c.get('status')} reason={c.get('reason')}: "
+                f"{c.get('message') or ''}",
+                path=path,
+                attrs={"workload": name, **{k: c.get(k) for k in ("type", "status", "reason", "message")}},
             )
-    return obs
+            for c in (wl.get("status") or {}).get("conditions") or []
+        ]
+
+    return _records(_items(doc, "workload"), path, problems, read)
 
 
-def pod_observations(doc: Any, path: str, connector: str = "bundle") -> list[Observation]:
-    obs = []
-    for pod in _items(doc, "pods"):
+def pod_observations(
+    doc: Any, path: str, connector: str = "bundle", problems: list[str] | None = None
+) -> list[Observation]:
+    def read(pod: dict[str, Any]) -> list[Observation]:
+        obs = []
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         node = spec.get("nodeName")
         for cs in status.get("containerStatuses") or []:
@@ -194,7 +241,7 @@ def pod_observations(doc: Any, path: str, connector: str = "bundle") -> list[Obs
                     connector=connector,
                     kind="pod_terminated",
                     node=node,
-                    time=_k8s_time(term.get("finishedAt")),
+                    time=_k8s_time(term.get("finishedAt"), problems),
                     text=f"pod {meta.get('name')} container {cs.get('name')} terminated reason={term.get('reason')} "
                     f"exitCode={term.get('exitCode')}",
                     path=path,
@@ -216,28 +263,31 @@ def pod_observations(doc: Any, path: str, connector: str = "bundle") -> list[Obs
                         connector=connector,
                         kind="pod_disruption",
                         node=node,
-                        time=_k8s_time(c.get("lastTransitionTime")),
+                        time=_k8s_time(c.get("lastTransitionTime"), problems),
                         text=f"pod {meta.get('name')} DisruptionTarget reason={c.get('reason')}: "
                         f"{c.get('message') or ''}",
                         path=path,
                         attrs={"pod": meta.get("name"), "reason": c.get("reason"), "message": c.get("message")},
                     )
                 )
-    return obs
+        return obs
+
+    return _records(_items(doc, "pods"), path, problems, read)
 
 
-def event_observations(doc: Any, path: str, connector: str = "bundle") -> list[Observation]:
-    obs = []
-    for ev in _items(doc, "events"):
+def event_observations(
+    doc: Any, path: str, connector: str = "bundle", problems: list[str] | None = None
+) -> list[Observation]:
+    def read(ev: dict[str, Any]) -> list[Observation]:
         io = ev.get("involvedObject") or ev.get("regarding") or {}
         when = ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp")
-        obs.append(
+        return [
             Observation(
                 source="kueue",
                 connector=connector,
                 kind="k8s_event",
                 node=io.get("name") if io.get("kind") == "Node" else None,
-                time=_k8s_time(when),
+                time=_k8s_time(when, problems),
                 text=f"{ev.get('type')} {ev.get('reason')} {io.get('kind')}/{io.get('name')}: "
                 f"{ev.get('message') or ''}",
                 path=path,
@@ -249,26 +299,29 @@ def event_observations(doc: Any, path: str, connector: str = "bundle") -> list[O
                     "message": ev.get("message"),
                 },
             )
-        )
-    return obs
+        ]
+
+    return _records(_items(doc, "events"), path, problems, read)
 
 
-def node_observations(doc: Any, path: str, connector: str = "bundle") -> list[Observation]:
-    obs = []
-    for node in _items(doc, "nodes"):
+def node_observations(
+    doc: Any, path: str, connector: str = "bundle", problems: list[str] | None = None
+) -> list[Observation]:
+    def read(node: dict[str, Any]) -> list[Observation]:
         name = (node.get("metadata") or {}).get("name")
-        for c in (node.get("status") or {}).get("conditions") or []:
-            obs.append(
-                Observation(
-                    source="kueue",
-                    connector=connector,
-                    kind="node_condition",
-                    node=name,
-                    time=_k8s_time(c.get("lastTransitionTime")),
-                    text=f"node {name} {c.get('type')}={c.get('status')} reason={c.get('reason')}: "
-                    f"{c.get('message') or ''}",
-                    path=path,
-                    attrs={k: c.get(k) for k in ("type", "status", "reason", "message")},
-                )
+        return [
+            Observation(
+                source="kueue",
+                connector=connector,
+                kind="node_condition",
+                node=name,
+                time=_k8s_time(c.get("lastTransitionTime"), problems),
+                text=f"node {name} {c.get('type')}={c.get('status')} reason={c.get('reason')}: "
+                f"{c.get('message') or ''}",
+                path=path,
+                attrs={k: c.get(k) for k in ("type", "status", "reason", "message")},
             )
-    return obs
+            for c in (node.get("status") or {}).get("conditions") or []
+        ]
+
+    return _records(_items(doc, "nodes"), path, problems, read)

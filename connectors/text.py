@@ -1,33 +1,52 @@
-"""Text log files -> staging: DuckDB reads and splits whole files, keeps pre-filtered lines.
+"""Text log files -> staging: read in pieces, split and pre-filtered in DuckDB, only hits kept.
 
-Lines are never held in Python lists: DuckDB splits each file and applies the rules' literal
-pre-filter; only matching lines (with their line numbers) are stored. Files that are not valid
-UTF-8 are decoded leniently (invalid bytes become U+FFFD and are counted), never dropped.
-Compressed files (gzip, zstd: rotated and exported logs) are decompressed to a temporary file in
-chunks and scanned the same way; a corrupt archive is reported (what could be read of it is
-scanned), never fatal.
+Lines are never held in Python lists: a file is read in pieces of whole lines (contracts/lines.py
+read_pieces: about PIECE_BYTES at a time, a line cut at MAX_LINE with the rest counted), DuckDB
+splits each piece and applies the rules' literal pre-filter; only matching lines (with their line
+numbers) are stored. Memory stays flat whatever the size of a file or a line. Bytes that are not
+UTF-8 (and NULs) become U+FFFD and their lines are counted, never dropped. Compressed files (gzip,
+zstd: rotated and exported logs) are decompressed to a temporary file in chunks and scanned the
+same way; a corrupt archive is reported (what could be read of it is scanned), never fatal.
+
+Per file, the first and last lines are kept too: a file whose lines are all blank, or whose
+stamped first and last lines both lie outside the attempt's window (with WINDOW_SLACK), says
+nothing about the attempt, and its coverage says so.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
-from workload_attribution.contracts.lines import COMPRESSED_SUFFIXES, compression_of, plain_text, read_lenient
-from workload_attribution.contracts.staging import LONG_LINE, contains_any, one, render, scalar
+from workload_attribution.contracts.lines import (
+    COMPRESSED_SUFFIXES,
+    MAX_LINE,
+    PIECE_BYTES,
+    Piece,
+    ReadStats,
+    compression_of,
+    plain_text,
+    read_pieces,
+)
+from workload_attribution.contracts.models import AttemptScope
+from workload_attribution.contracts.staging import contains_any, naive_utc, render, scalar
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"
-# Bytes per read_text batch: bounds memory when an attempt has thousands of large files.
-BATCH_BYTES = 256 * 1024 * 1024
+# A file whose stamped lines all lie further than this before the attempt's start or after its end
+# is outside the attempt's window.
+WINDOW_SLACK = timedelta(hours=1)
+HEAD_LINES = 8
 
 
 @dataclass(frozen=True)
 class TextFile:
     path: Path  # where to read it
-    ref: str  # how evidence names it (path relative to the bundle)
+    ref: str  # how evidence names it (path relative to the bundle, escaped)
     node: str | None
 
 
@@ -38,118 +57,217 @@ class ScanStats:
     hits: int = 0
     bad_lines: int = 0
     long_lines: int = 0
-    nodes: set[str] = field(default_factory=set)
-    errors: list[str] = field(default_factory=list)
+    truncated_bytes: int = 0
+    nodes: set[str] = field(default_factory=set)  # nodes with a file saying something about the attempt
+    errors: list[str] = field(default_factory=list)  # "<ref>: why" for files that could not be read
     corrupt: list[str] = field(default_factory=list)  # "<ref>: why" for archives not read to their end
+    blank: list[str] = field(default_factory=list)  # files with no line that is not blank
+    outside: list[str] = field(default_factory=list)  # "<ref> (first .. last)": all outside the window
+
+    @property
+    def usable(self) -> bool:
+        """Some file had a line about the attempt."""
+        return self.files > len(self.blank) + len(self.outside) + len(self.errors)
+
+
+@dataclass
+class _File:
+    f: TextFile
+    file_id: int
+    lines: int = 0
+    blank: int = 0
+    bad: int = 0
+    long: int = 0
+    cut_bytes: int = 0
+    head: list[str] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)
+    error: str | None = None
 
 
 def scan_files(
-    con: duckdb.DuckDBPyConnection, files: list[TextFile], source: str, connector: str, prefilter: list[str]
+    con: duckdb.DuckDBPyConnection,
+    files: list[TextFile],
+    source: str,
+    connector: str,
+    prefilter: list[str],
+    scope: AttemptScope | None = None,
 ) -> ScanStats:
+    """Scan the files into raw_lines/source_files; with a scope, files outside its window are told."""
     stats = ScanStats()
-    predicate = contains_any("x", prefilter)
-    batch: list[TextFile] = []
+    query = render(
+        "scan_text.sql",
+        SQL_DIR,
+        pieces="(SELECT unnest($ids) AS file_id, unnest($firsts) AS first, unnest($texts) AS content, "
+        "unnest($lenient) AS lenient)",
+        prefilter=contains_any("x", prefilter),
+        max_line=MAX_LINE,
+        head=HEAD_LINES,
+    )
+    batch: list[tuple[_File, Piece]] = []
     size = 0
+    done: list[_File] = []
     for f in files:
-        if compression_of(f.path) or f.path.suffix.lower() in COMPRESSED_SUFFIXES:
-            _scan_archive(con, f, source, connector, predicate, stats)
-            continue
-        batch.append(f)
-        size += f.path.stat().st_size
-        if size >= BATCH_BYTES:
-            _scan_batch(con, batch, source, connector, predicate, stats)
-            batch, size = [], 0
+        state = _File(f, scalar(con, "SELECT nextval('file_seq')"))
+        done.append(state)
+        read = ReadStats()
+        try:
+            with plain_text(f.path) if _compressed(f.path) else _as_is(f.path) as plain:
+                if plain.problem:
+                    stats.corrupt.append(f"{f.ref}: {plain.problem}")
+                if plain.path is not None:
+                    for piece in read_pieces(plain.path, read):
+                        batch.append((state, piece))
+                        size += len(piece.text)
+                        if size >= PIECE_BYTES:
+                            _scan(con, query, batch)
+                            batch, size = [], 0
+        except OSError as exc:  # unreadable, vanished, swapped for a FIFO: this file, not the source
+            state.error = f"{f.ref}: {exc.strerror or exc}"
+        state.long += read.cut_lines
+        state.cut_bytes += read.cut_bytes
     if batch:
-        _scan_batch(con, batch, source, connector, predicate, stats)
+        _scan(con, query, batch)
+    _record(con, done, source, connector, stats)
+    if scope is not None:
+        _outside(con, done, scope, stats)
+    for s in done:
+        if s.error:
+            stats.errors.append(s.error)
+        elif s.f.node and s.lines > s.blank and not any(o.startswith(s.f.ref + " (") for o in stats.outside):
+            stats.nodes.add(s.f.node)
     return stats
 
 
-def _scan_archive(con, f: TextFile, source: str, connector: str, predicate: str, stats: ScanStats) -> None:
-    """A compressed file: decompressed to a temporary file, scanned alone under its own name."""
-    with plain_text(f.path) as plain:
-        if plain.problem:
-            stats.corrupt.append(f"{f.ref}: {plain.problem}")
-        if plain.path is not None:
-            _scan_batch(con, [TextFile(path=plain.path, ref=f.ref, node=f.node)], source, connector, predicate, stats)
+def _compressed(path: Path) -> bool:
+    return path.suffix.lower() in COMPRESSED_SUFFIXES or compression_of(path) is not None
 
 
-def _scan_batch(con, batch: list[TextFile], source: str, connector: str, predicate: str, stats: ScanStats) -> None:
-    """Scan a batch of files and store what they hold, all in SQL: the hit lines never pass
-    through Python, and a batch costs a handful of statements whatever its number of files."""
-    query = render("scan_text.sql", SQL_DIR, files="read_text($paths)", prefilter=predicate, max_line=LONG_LINE)
+class _as_is:
+    """plain_text's shape for a plain file."""
+
+    def __init__(self, path: Path):
+        from workload_attribution.contracts.lines import PlainText
+
+        self.plain = PlainText(path)
+
+    def __enter__(self) -> Any:
+        return self.plain
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _scan(con: duckdb.DuckDBPyConnection, query: str, batch: list[tuple[_File, Piece]]) -> None:
+    """One statement splits and pre-filters a batch of pieces; hits go to raw_lines in SQL."""
     table = f"scan_{uuid.uuid4().hex}"
+    con.execute(
+        f"CREATE TEMP TABLE {table} AS {query}",
+        {
+            "ids": [s.file_id for s, _ in batch],
+            "firsts": [p.first for _, p in batch],
+            "texts": [p.text for _, p in batch],
+            "lenient": [p.lenient for _, p in batch],
+        },
+    )
     try:
-        con.execute(
-            f"""
-            CREATE TEMP TABLE {table} AS
-            SELECT nextval('file_seq') AS file_id, f.node, f.ref, s.*
-            FROM ({query}) s JOIN (SELECT unnest($paths) AS filename, unnest($nodes) AS node, unnest($refs) AS ref) f
-                 USING (filename)
-        """,
-            {"paths": [str(f.path) for f in batch], "nodes": [f.node for f in batch], "refs": [f.ref for f in batch]},
-        )
-    except duckdb.InvalidInputException:
-        for f in batch:  # some file is not valid UTF-8: one by one, leniently where needed
-            try:
-                row = one(con, query, {"paths": [str(f.path)]})
-                bad = 0
-            except duckdb.InvalidInputException:
-                text, bad = read_lenient(f.path)
-                lenient = render(
-                    "scan_text.sql",
-                    SQL_DIR,
-                    files="(SELECT $name AS filename, $content AS content)",
-                    prefilter=predicate,
-                    max_line=LONG_LINE,
-                )
-                row = one(con, lenient, {"name": str(f.path), "content": text})
-            _store(con, f, row, bad, source, connector, stats)
-        return
-    try:
-        con.execute(
-            f"""
-            INSERT INTO source_files
-            SELECT file_id, $source, $connector, node, ref, n_lines, 0, n_long, tail FROM {table}
-        """,
-            {"source": source, "connector": connector},
-        )
         con.execute(f"""
             INSERT INTO raw_lines
             SELECT file_id, unnest(hit_lineno), unnest(hit_line), NULL, NULL FROM {table} WHERE len(hit_lineno) > 0
         """)
-        files, lines, hits, long_lines, nodes = one(
-            con,
-            f"""
-            SELECT count(*), coalesce(sum(n_lines), 0), coalesce(sum(len(hit_lineno)), 0), coalesce(sum(n_long), 0),
-                   list(DISTINCT node) FILTER (WHERE node IS NOT NULL AND n_lines > 0)
-            FROM {table}
-        """,
-        )
+        facts = {
+            (r[0], r[1]): r[2:]
+            for r in con.execute(
+                f"SELECT file_id, first, n_lines, n_blank, n_bad, n_long, cut_bytes, head, tail FROM {table}"
+            ).fetchall()
+        }
     finally:
         con.execute(f"DROP TABLE IF EXISTS {table}")
-    stats.files += files
-    stats.lines += lines
-    stats.hits += hits
-    stats.long_lines += long_lines
-    stats.nodes.update(nodes or [])
+    for s, p in batch:
+        n_lines, n_blank, n_bad, n_long, cut_bytes, head, tail = facts[(s.file_id, p.first)]
+        s.lines += n_lines
+        s.blank += n_blank
+        s.bad += n_bad
+        s.long += n_long
+        s.cut_bytes += cut_bytes or 0
+        if len(s.head) < HEAD_LINES:
+            s.head = (s.head + list(head))[:HEAD_LINES]
+        s.tail = (s.tail + list(tail))[-HEAD_LINES:]
 
 
-def _store(con, f: TextFile, row, bad: int, source: str, connector: str, stats: ScanStats) -> None:
-    _, n_lines, n_long, tail, hit_lineno, hit_line = row
-    file_id = scalar(con, "SELECT nextval('file_seq')")
+def _record(con: duckdb.DuckDBPyConnection, done: list[_File], source: str, connector: str, stats: ScanStats) -> None:
+    if not done:
+        return
     con.execute(
-        "INSERT INTO source_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [file_id, source, connector, f.node, f.ref, n_lines, bad, n_long, tail],
+        """
+        INSERT INTO source_files
+        SELECT unnest($id), $source, $connector, unnest($node), unnest($ref), unnest($lines), unnest($bad),
+               unnest($long), unnest($tail::VARCHAR[][]), unnest($head::VARCHAR[][])
+        """,
+        {
+            "id": [s.file_id for s in done],
+            "source": source,
+            "connector": connector,
+            "node": [s.f.node for s in done],
+            "ref": [s.f.ref for s in done],
+            "lines": [s.lines for s in done],
+            "bad": [s.bad for s in done],
+            "long": [s.long for s in done],
+            "tail": [s.tail for s in done],
+            "head": [s.head for s in done],
+        },
     )
-    if hit_lineno:
+    hits = dict(
         con.execute(
-            "INSERT INTO raw_lines SELECT $fid, unnest($n), unnest($l), NULL, NULL",
-            {"fid": file_id, "n": hit_lineno, "l": hit_line},
+            "SELECT file_id, count(*) FROM raw_lines WHERE file_id IN (SELECT unnest($ids)) GROUP BY file_id",
+            {"ids": [s.file_id for s in done]},
+        ).fetchall()
+    )
+    for s in done:
+        if s.error:
+            continue
+        stats.files += 1
+        stats.lines += s.lines
+        stats.hits += hits.get(s.file_id, 0)
+        stats.bad_lines += s.bad
+        stats.long_lines += s.long
+        stats.truncated_bytes += s.cut_bytes
+        if s.lines == s.blank:
+            stats.blank.append(s.f.ref)
+
+
+def _outside(con: duckdb.DuckDBPyConnection, done: list[_File], scope: AttemptScope, stats: ScanStats) -> None:
+    """Files whose first and last stamped lines (of their head and tail) both lie before the
+    attempt's start, or both after its end (WINDOW_SLACK either side)."""
+    start, end = naive_utc(scope.start), naive_utc(scope.end)
+    assert start is not None and end is not None
+    ref = start + (end - start) / 2
+    rows = con.execute(
+        """
+        WITH f AS (
+            SELECT * FROM source_files WHERE file_id IN (SELECT unnest($ids))
+        ), l AS (
+            SELECT file_id, 'head' AS side, unnest(head) AS line FROM f
+            UNION ALL
+            SELECT file_id, 'tail', unnest(tail) FROM f
+        ), t AS (
+            SELECT file_id, side, parse_log_line(line, $tz, $ref)['ts'] AS ts FROM l
         )
-    stats.files += 1
-    stats.lines += n_lines
-    stats.hits += len(hit_lineno or [])
-    stats.bad_lines += bad
-    stats.long_lines += n_long
-    if f.node and n_lines:
-        stats.nodes.add(f.node)
+        SELECT file_id, min(ts) FILTER (WHERE side = 'head'), max(ts) FILTER (WHERE side = 'tail')
+        FROM t WHERE ts >= TIMESTAMP '1970-01-02' AND ts < TIMESTAMP '2200-01-01'
+        GROUP BY file_id
+        """,
+        {"ids": [s.file_id for s in done if not s.error and s.lines > s.blank], "tz": scope.timezone, "ref": ref},
+    ).fetchall()
+    refs = {s.file_id: s.f.ref for s in done}
+    for file_id, first, last in rows:
+        first, last = first or last, last or first
+        if _before(last, start) or _before(end, first):
+            stats.outside.append(f"{refs[file_id]} ({_day(first)} .. {_day(last)})")
+
+
+def _before(a: datetime, b: datetime) -> bool:
+    return a + WINDOW_SLACK < b
+
+
+def _day(t: datetime) -> str:
+    return t.isoformat(timespec="seconds")

@@ -17,21 +17,62 @@ Link = tuple[str, str, str, str, str | None]  # switch, port, peer, peer_kind ('
 
 
 class TopologyError(BadInput):
-    """A topology document that is not one (wrong shape, unknown line)."""
+    """A topology document that is not one (wrong shape, unknown line), or one past the bounds."""
 
 
-def links_from_yaml(doc: Any) -> list[Link]:
+# Bounds: a topology larger than these is refused whole (nothing of it is stored). 200,000 links
+# cable 20,000 hosts with 8 rails each plus their switches; the file is read whole, so its size is
+# bounded too.
+MAX_LINKS = 200_000
+MAX_TOPOLOGY_BYTES = 32 << 20
+MAX_NAME = 253  # a host or switch name (DNS)
+_NAME = re.compile(r"^[^\x00-\x1f\x7f-\x9f]{1,253}$")
+
+
+def _name(value: Any) -> str | None:
+    """A switch, port or host name as a string, or None when it cannot be one."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    text = str(value)
+    return text if _NAME.match(text) else None
+
+
+def links_from_yaml(doc: Any, skipped: list[str] | None = None, most: int = MAX_LINKS) -> list[Link]:
+    """The links of a topology.yaml document. An entry that cannot be a link (a port cabled to a
+    list, a name with control characters) is left out and named in `skipped` (when given; else the
+    document is refused); more than `most` links refuse the document."""
     switches = doc.get("switches") if isinstance(doc, dict) else None
     if not isinstance(switches, dict):
         raise TopologyError("expected a 'switches' mapping")
-    out = []
+
+    def skip(what: str) -> None:
+        if skipped is None:
+            raise TopologyError(what)
+        skipped.append(what)
+
+    names = {str(k) for k in switches}
+    out: list[Link] = []
     for switch, spec in switches.items():
-        ports = (spec or {}).get("ports") if isinstance(spec, dict) or spec is None else None
+        sw = _name(switch)
+        if sw is None:
+            skip(f"switch {str(switch)[:60]!r}: not a name")
+            continue
+        if spec is not None and not isinstance(spec, dict):
+            skip(f"switch {sw}: expected a mapping with 'ports'")
+            continue
+        ports = (spec or {}).get("ports")
         if ports is not None and not isinstance(ports, dict):
-            raise TopologyError(f"switch {switch}: 'ports' must map port -> host or switch")
+            skip(f"switch {sw}: 'ports' must map port -> host or switch")
+            continue
         for port, peer in (ports or {}).items():
-            host, _, hca = str(peer).partition(":")
-            out.append((str(switch), str(port), host, "switch" if host in switches else "host", hca or None))
+            p, target = _name(port), _name(peer)
+            if p is None or target is None:
+                skip(f"switch {sw} port {str(port)[:20]!r}: cabled to {str(peer)[:40]!r}, not a host or switch name")
+                continue
+            if len(out) >= most:
+                raise TopologyError(f"more than {most:,} links: refused (nothing of it is stored)")
+            host, _, hca = target.partition(":")
+            out.append((sw, p, host, "switch" if host in names else "host", hca or None))
     return out
 
 
@@ -68,6 +109,8 @@ def links_from_ibnetdiscover(text: str) -> list[Link]:
             continue
         m = _PORT.match(line)
         if m and switch:
+            if len(pending) >= MAX_LINKS:
+                raise TopologyError(f"more than {MAX_LINKS:,} links: refused (nothing of it is stored)")
             pending.append((switch, m.group("port"), m.group("kind"), m.group("desc")))
     if not pending and text.strip():
         raise TopologyError("no 'Switch' block with cabled ports: not ibnetdiscover output")

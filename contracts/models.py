@@ -53,6 +53,15 @@ EARLIEST = datetime(1970, 1, 2, tzinfo=timezone.utc)
 LATEST = datetime(2200, 1, 1, tzinfo=timezone.utc)
 
 
+# Bounds on an attempt's scope: more nodes, or longer names, are not an attempt's (bad input).
+MAX_NODES = 65_536
+MAX_HOST = 253  # a DNS name
+# A name as an attempt.yaml may give it (connectors/bundle.py load_scope checks): no whitespace or
+# control character (a host, a cluster), no control character (a job id).
+HOST_NAME = r"^[^\s\x00-\x1f\x7f-\x9f]{1,253}$"
+TEXT = r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f]*$"
+
+
 def as_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)
@@ -66,26 +75,38 @@ class AttemptScope(Contract):
     scheduler: Scheduler
     job_id: str = Field(min_length=1, max_length=2000)
     attempt: int = Field(ge=0, le=1_000_000, description="restart count (a requeue or Kueue requeue)")
-    name: str | None = None
-    user: str | None = None
-    nodes: list[str] = Field(description="the allocation; empty when the attempt ended before any node was allocated")
-    gpus_per_node: int | None = Field(default=None, ge=0)
+    name: str | None = Field(default=None, max_length=1024)
+    user: str | None = Field(default=None, max_length=256)
+    nodes: list[str] = Field(
+        max_length=MAX_NODES, description="the allocation; empty when the attempt ended before any node was allocated"
+    )
+    gpus_per_node: int | None = Field(default=None, ge=0, le=1024)
     start: datetime
     end: datetime
-    state: str
-    exit_code: str | None = None
-    reason: str | None = None
-    timezone: str = "UTC"
+    state: str = Field(max_length=256)
+    exit_code: str | None = Field(default=None, max_length=64)
+    reason: str | None = Field(default=None, max_length=4096)
+    timezone: str = Field(default="UTC", max_length=64)
 
     @field_validator("job_id", "exit_code", mode="before")
     @classmethod
     def _stringify(cls, value: Any) -> Any:
         return str(value) if isinstance(value, int) else value
 
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _a_time_not_a_number(cls, value: Any) -> Any:
+        if isinstance(value, (bool, int, float)):
+            raise ValueError(f"{value!r} is a number, not an RFC 3339 time (e.g. 2026-11-20T10:00:00Z)")
+        return value
+
     @field_validator("start", "end")
     @classmethod
     def _utc(cls, value: datetime) -> datetime:
-        value = as_utc(value)
+        try:
+            value = as_utc(value)
+        except OverflowError:  # 9999-12-31T23:59:59-14:00 is in year 10000 in UTC
+            raise ValueError(f"{value.isoformat()} is outside {EARLIEST.year}..{LATEST.year}") from None
         if not (EARLIEST <= value <= LATEST):
             raise ValueError(f"{value.isoformat()} is outside {EARLIEST.year}..{LATEST.year}")
         return value

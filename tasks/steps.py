@@ -284,8 +284,15 @@ def store_observations(scoped: Scoped, results: list[Collected]) -> list[Coverag
     files = {ref: Path(p) for r in results for ref, p in r.files.items()}
     with connected(scoped.staging) as con:
         ref_time = scoped.scope.start + (scoped.scope.end - scoped.scope.start) / 2
-        normalize(con, scoped.scope.timezone, ref_time.replace(tzinfo=None), files)
-    return [r.coverage for r in results]
+        far = normalize(con, scoped.scope.timezone, ref_time.replace(tzinfo=None), files)
+    coverage = [r.coverage for r in results]
+    for c in coverage:  # a stamp outside 1970..2200 costs its line (no time), counted: the source is partial
+        if far.get(c.source):
+            c.details["lines_with_time_out_of_range"] = far[c.source]
+            c.unparsed += far[c.source]
+            if c.status in (CoverageStatus.ok, CoverageStatus.empty):
+                c.status = CoverageStatus.partial
+    return coverage
 
 
 def attribute(

@@ -67,7 +67,7 @@ def summary(d: Any) -> str:
         )
         ev = {e.id: e for e in d.evidence}
         for eid in rc.evidence[:3]:
-            lines.append(f"               {_printable(ev[eid].ref)}: {_printable(ev[eid].text[:160])}")
+            lines.append(f"               {ev[eid].ref}: {ev[eid].text[:160]}")
     lines.append(f"  affected   : {', '.join(d.affected_nodes) or 'none'}   action: {d.recommended_action}")
     for c in d.candidates:
         lines.append(f"  candidate  : {c.symptom} on {c.node} at {c.first_seen}")
@@ -79,13 +79,15 @@ def summary(d: Any) -> str:
         )
     lines.append("  coverage   : " + "  ".join(f"{c.source}={c.status.value}" for c in d.coverage))
     for note in d.notes:
-        lines.append(f"  note       : {_printable(note)}")
-    lines.append(f"  explanation: {_printable(d.explanation)}")
+        lines.append(f"  note       : {note}")
+    lines.append(f"  explanation: {d.explanation}")
     lines.append(
         f"  rules {d.rules.version}: {len(d.rules.fired)} fired"
         + (f", {len(d.rules.failed)} FAILED: {', '.join(f['rule'] for f in d.rules.failed)}" if d.rules.failed else "")
     )
-    return "\n".join(lines)
+    # every line escaped as a whole: names from the file system and the logs (a node named by a file
+    # name, a job id, a line) never reach the terminal raw, nor break the summary's lines
+    return "\n".join(_printable(line) for line in lines)
 
 
 def _printable(text: str) -> str:

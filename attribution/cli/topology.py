@@ -36,7 +36,13 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from workload_attribution.connectors.bundle import SAFE_LOADER
-    from workload_attribution.connectors.topology import TopologyError, links_from_ibnetdiscover, links_from_yaml
+    from workload_attribution.connectors.topology import (
+        MAX_TOPOLOGY_BYTES,
+        TopologyError,
+        links_from_ibnetdiscover,
+        links_from_yaml,
+    )
+    from workload_attribution.contracts.lines import read_regular
     from workload_attribution.contracts.times import parse_when
     from workload_attribution.warehouse.store import Warehouse
 
@@ -44,7 +50,10 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.is_file():
         raise BadInput(f"{path}: no such file")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        text = read_regular(path, MAX_TOPOLOGY_BYTES).decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise BadInput(f"{path}: {exc.strerror or exc}") from None
     fmt = args.format
     if fmt == "auto":
         fmt = "ibnetdiscover" if any(line.startswith("Switch") for line in text.splitlines()) else "yaml"

@@ -22,7 +22,7 @@ FROM (
         -- each window line parsed once, however many windows hold it
         SELECT path, lineno, q['ts'] AS ts, q['rank'] AS rank
         FROM (SELECT path, lineno, parse_log_line(line, $tz, $ref) AS q FROM line_window)
-        WHERE q['ts'] IS NOT NULL
+        WHERE q['ts'] >= TIMESTAMP '1970-01-02' AND q['ts'] < TIMESTAMP '2200-01-01'  -- a far stamp is none
     ), marks AS (
         -- the stamps and the lines looking for them, in file order
         SELECT path, lineno, rank, ts, false AS needy FROM stamped

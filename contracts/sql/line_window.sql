@@ -1,13 +1,10 @@
--- The lines of one source file around its lines that carry no time of their own ({context} before
--- and after each), for inherit_time.sql: the file is split in DuckDB and only the windows are kept.
--- {files} is a relation (content) holding the file; $ref is how log_lines names it.
+-- The lines of one piece of a source file (lines $first .. of the file, contracts/lines.py
+-- read_pieces) that are around its lines carrying no time of their own, for inherit_time.sql.
+-- $n: the line numbers wanted in this piece; $ref: how log_lines names the file.
 INSERT INTO line_window
-WITH need AS (
-    SELECT DISTINCT unnest(range(greatest(1, lineno - {context}), lineno + {context} + 1)) AS lineno
-    FROM log_lines WHERE path = $ref AND time_quality = 'none'
-), f AS (
-    SELECT string_split(content, chr(10)) AS l FROM {files}
+WITH f AS (
+    SELECT string_split($content, chr(10)) AS l
 )
-SELECT $ref, need.lineno, left(rtrim(f.l[need.lineno], chr(13)), {max_text})
-FROM need, f
-WHERE need.lineno <= len(f.l)
+SELECT $ref, n.lineno, left(rtrim(f.l[n.lineno - $first + 1], chr(13)), {max_text})
+FROM (SELECT unnest($n::BIGINT[]) AS lineno) n, f
+WHERE n.lineno - $first + 1 <= len(f.l)

@@ -10,10 +10,11 @@ CREATE TABLE IF NOT EXISTS attempt (
     state VARCHAR, exit_code VARCHAR, reason VARCHAR, timezone VARCHAR, gpus_per_node INTEGER
 );
 
--- One row per text file read (or per Loki stream), with what could not be read faithfully.
+-- One row per text file read (or per Loki stream), with what could not be read faithfully, and
+-- its first and last lines (cut at 4 KiB).
 CREATE TABLE IF NOT EXISTS source_files (
     file_id INTEGER, source VARCHAR, connector VARCHAR, node VARCHAR, path VARCHAR,
-    lines BIGINT, bad_lines BIGINT, truncated_lines BIGINT, tail VARCHAR[]
+    lines BIGINT, bad_lines BIGINT, truncated_lines BIGINT, tail VARCHAR[], head VARCHAR[]
 );
 
 -- Lines that passed the literal pre-filter, with the lines before them for time inheritance.
