@@ -11,7 +11,7 @@ valid attempt has a diagnosis, and prints: the answers by status, p50 / p99 / ma
 answer time, whether each valid attempt got exactly one flow run and one diagnosis, that every
 invalid call was refused with the field named, and the time until the last diagnosis.
 
-tests/integration/test_triggers.py runs the same storm, smaller, as a test.
+tests/integration/test_operations.py runs the same storm, smaller, as a test (and stops serve under it).
 """
 
 from __future__ import annotations

@@ -5,12 +5,14 @@ stays Running.
 
 - Prefect down: serve answers 503 + Retry-After; the shipped Slurm hook answers slurmctld at once,
   keeps the event spooled, and `attribution-hook --flush` delivers it once Prefect is back.
-- serve stopped with SIGTERM in the middle of a webhook storm, then started again: every attempt
+- serve stopped with SIGTERM in the middle of a webhook storm (duplicates and invalid calls
+  among them), then started again: invalid calls are refused naming the field; every attempt
   answered 202 has exactly one flow run and one diagnosis (what was queued is in the outbox on
   disk and drained at start; what was refused is re-sent, as senders do).
 - the worker killed with SIGKILL in the middle of a run (its metrics source hung behind
   tests/services/stall_proxy.py): the automation `attribution deploy` applies marks the run Crashed
-  when its heartbeats stop, and the nightly backfill diagnoses every failed attempt once.
+  when its heartbeats stop, and the nightly backfill, discovering through slurmrestd, finds exactly
+  the failed jobs and diagnoses each one without a diagnosis once.
 """
 
 from __future__ import annotations
@@ -156,9 +158,11 @@ def test_prefect_down_refuses_with_503_and_the_hook_spools_then_flush_delivers(s
 def test_serve_stopped_mid_storm_then_restarted_loses_no_accepted_attempt(stack, kube):
     from tests.bench.webhook_burst import plan, runs_per_key
 
-    storm = plan(20, kube, "k8s", "team-a", dup_share=0.25, invalid_share=0, seed=23, prefix="sigterm")
+    # the storm of tests/bench/webhook_burst.py, small: 25 calls, 20 % duplicates, 3 invalid
+    storm = plan(25, kube, "k8s", "team-a", dup_share=0.2, invalid_share=0.12, seed=23, prefix="sigterm")
     accepted: dict[str, str] = {}  # workload -> idempotency key of a 202
     refused: list[bytes] = []  # 503 or no answer: the sender keeps it and re-sends later
+    invalid: list[dict] = []  # 422s
 
     async def send(client: httpx.AsyncClient, body: bytes) -> None:
         try:
@@ -172,6 +176,8 @@ def test_serve_stopped_mid_storm_then_restarted_loses_no_accepted_attempt(stack,
             return
         if r.status_code == 202:
             accepted[json.loads(body)["name"]] = r.json()["idempotency_key"]
+        elif r.status_code == 422:
+            invalid.append(r.json())
         else:
             assert r.status_code == 503, r.text
             refused.append(body)
@@ -205,6 +211,8 @@ def test_serve_stopped_mid_storm_then_restarted_loses_no_accepted_attempt(stack,
             break
         time.sleep(1)
     assert set(accepted) == set(storm.unique)
+    # each invalid call refused with the field named, never accepted
+    assert len(invalid) == 3 and all(d["detail"][0]["field"] for d in invalid), invalid
     assert set(names) == set(storm.unique), sorted(set(storm.unique) - set(names))[:5]
     assert all(c == 1 for c in names.values()), [n for n, c in names.items() if c != 1]
     runs = runs_per_key(stack)
@@ -223,9 +231,16 @@ def test_worker_killed_mid_run_is_crashed_and_the_nightly_diagnoses_each_attempt
     from tests.integration.test_slurm import sbatch, wait_for
 
     since = datetime.now(timezone.utc).replace(microsecond=0)
-    jobs = [sbatch(stack.slurm, "-N1", "--no-requeue", "--wrap", f"srun bash -c 'exit {c}'") for c in (4, 5)]
+    # three failed jobs (one killed mid-run, one diagnosed before the night, one never triggered)
+    # and one that completed; the nightly discovers them through slurmrestd
+    jobs = [sbatch(stack.slurm, "-N1", "--no-requeue", "--wrap", f"srun bash -c 'exit {c}'") for c in (4, 5, 6)]
+    ok = sbatch(stack.slurm, "-N1", "--wrap", "true")
     for j in jobs:
         wait_for(stack.slurm, j, ["FAILED"], timeout=120)
+    wait_for(stack.slurm, ok, ["COMPLETED"], timeout=120)
+    r = httpx.post(f"{stack.url}/v1/attempts", json={"cluster": "ci-hung", "job_id": jobs[1]}, headers=AUTH, timeout=30)
+    assert r.status_code == 202, r.text
+    wait_diagnosis(stack, cluster="ci-hung", job_id=jobs[1], timeout=180)
 
     hung_prometheus.stall()
     held = hung_prometheus.held
@@ -262,7 +277,7 @@ def test_worker_killed_mid_run_is_crashed_and_the_nightly_diagnoses_each_attempt
             as_subflow=False,
         )
     assert nightly.state.is_completed(), stack.log("worker")[-3000:]
+    assert "3 found, 1 already diagnosed" in stack.log("worker"), stack.log("worker")[-3000:]
     per_job = Counter(i["job_id"] for i in diagnoses(stack, cluster="ci-hung"))
-    assert set(jobs) <= set(per_job), (jobs, per_job)
-    assert all(c == 1 for c in per_job.values()), per_job
+    assert per_job == {j: 1 for j in jobs}, per_job  # each failed attempt once, the completed one never
     assert {"RUNNING", "PENDING", "SCHEDULED"}.isdisjoint(run_states(stack, "ci-hung"))
