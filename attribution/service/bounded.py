@@ -57,13 +57,16 @@ class BoundedH11(H11Protocol):
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     max_connections: int = 1024
+    # the server's connections waiting for a request head, the one idle longest first (a dict is
+    # ordered): making room is O(1) however many there are
+    idle: dict[BoundedH11, None] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_fixed = False  # the answer is sent: the rest of the body has a fixed deadline
-        self.idle_since = self.loop.time()
+        self._refused = False  # answered 503 before any request: what it sends is dropped
 
     # ---------------------------------------------------------------------------- the connection
 
@@ -71,13 +74,15 @@ class BoundedH11(H11Protocol):
         super().connection_made(transport)
         STATS.open += 1
         STATS.opened += 1
-        self.idle_since = self.loop.time()
         self._arm_head()
         if len(self.connections) > self.max_connections:
             self._make_room()
+        if not self.transport.is_closing() and not self._refused:
+            self.idle[self] = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         STATS.open -= 1
+        self.idle.pop(self, None)
         self._cancel_head()
         self._cancel_body()
         super().connection_lost(exc)
@@ -87,22 +92,24 @@ class BoundedH11(H11Protocol):
         return self.conn.their_state is h11.IDLE and (self.cycle is None or self.cycle.response_complete)
 
     def _make_room(self) -> None:
-        idle = [
-            c
-            for c in self.connections
-            if c is not self and isinstance(c, BoundedH11) and c.waiting_for_head() and not c.transport.is_closing()
-        ]
-        if idle:
-            oldest = min(idle, key=lambda c: c.idle_since)
+        oldest = next(iter(self.idle), None)
+        if oldest is not None:
             STATS.closed["shed"] += 1
             oldest._close()
             return
         STATS.closed["refused"] += 1
         log.warning("%d connections, each with a request in progress: refusing a new one", len(self.connections))
+        self._refused = True
         self.transport.write(_raw_answer(503, "Service Unavailable", "too many connections, retry"))
-        self._close()
+        if self.transport.can_write_eof():  # the answer, then our end shut: the client reads it before it closes
+            self.transport.write_eof()
+            self._cancel_head()
+            self.loop.call_later(1.0, self._close)
+        else:
+            self._close()
 
     def _close(self) -> None:
+        self.idle.pop(self, None)
         self._cancel_head()
         self._cancel_body()
         if not self.transport.is_closing():
@@ -154,6 +161,8 @@ class BoundedH11(H11Protocol):
     # ------------------------------------------------------------------------------- the events
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         super().data_received(data)
         self._track()
 
@@ -171,14 +180,15 @@ class BoundedH11(H11Protocol):
             return
         state = self.conn.their_state
         if self.waiting_for_head():
-            if self.cycle is not None and self.cycle.response_complete and self._head_timer is None:
-                self.idle_since = self.loop.time()
+            if self not in self.idle:  # idle again after an answer: the newest idle one
+                self.idle[self] = None
             self._body_fixed = False
             self._cancel_body()
             # kept alive with nothing sent: uvicorn's keep-alive timeout; a head begun: ours
             if self.conn.trailing_data[0] or self.cycle is None:
                 self._arm_head()
             return
+        self.idle.pop(self, None)
         self._cancel_head()
         if state is h11.SEND_BODY:
             if not self._body_fixed:
@@ -193,7 +203,12 @@ def protocol(header_timeout_s: float, body_timeout_s: float, max_connections: in
     return type(
         "BoundedH11",
         (BoundedH11,),
-        {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s, "max_connections": max_connections},
+        {
+            "header_timeout_s": header_timeout_s,
+            "body_timeout_s": body_timeout_s,
+            "max_connections": max_connections,
+            "idle": {},
+        },
     )
 
 

@@ -426,3 +426,37 @@ def test_a_diagnose_slot_is_not_held_by_a_stalled_sender(servers):
     assert all(a.startswith(b"HTTP/1.1 408 ") for a, _ in results), results
     r = httpx.post(f"{servers['bounded'].url}/v1/diagnose", content=b"{}", headers=AUTH, timeout=30)
     assert r.status_code == 422  # ... and free again after body_timeout_s (an empty document is refused, not busy)
+
+
+def test_over_the_limit_with_every_connection_busy_a_new_one_is_refused_then_served(servers):
+    """--max-connections 256, each with a request in progress (a login body on its way): a new
+    connection is answered 503 at once, not left waiting; once they end, it is served."""
+    server = servers["bounded"]
+    more_files(1000)
+    head = b"POST /ui/login HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+    busy: list[socket.socket] = []
+
+    def one_more_busy() -> None:
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        s.sendall(head)
+        busy.append(s)
+
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            one_more_busy()
+        answers = []
+        for _ in range(20):
+            time.sleep(0.3)  # the service reads the heads: none of them is idle any more
+            answer, took = exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answers.append(first_line(answer))
+            if answer.startswith(b"HTTP/1.1 503 "):
+                assert b"too many connections" in answer and took < 1.0, (answer, took)
+                break
+            one_more_busy()  # admitted: a connection still opening (or left idle earlier) made room
+        assert answers[-1] == b"HTTP/1.1 503 Service Unavailable", answers
+    finally:
+        for s in busy:
+            s.close()
+    time.sleep(0.5)
+    assert server.get("/healthz").status_code == 200
+    assert server.metric('attribution_connections_closed_total{reason="refused"}') >= 1
