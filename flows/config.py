@@ -65,6 +65,12 @@ class ServiceConfig(BaseModel):
         10.0, gt=0, le=600, description="a connection must send its request head within this"
     )
     body_timeout_s: float = Field(30.0, gt=0, le=3600, description="and its body within this")
+    max_connections: int = Field(
+        1024,
+        ge=1,
+        le=1_000_000,
+        description="connections held at most; one more closes the one idle longest (503 when all are busy)",
+    )
     diagnose_concurrency: int = Field(2, ge=1, le=64, description="POST /v1/diagnose computed at once; more: 429")
     diagnose_timeout_s: float = Field(120.0, gt=0, le=3600, description="POST /v1/diagnose deadline; past it: 504")
     diagnose_max_bytes: int = Field(256 * 2**20, gt=0, description="POST /v1/diagnose body (compressed) at most")

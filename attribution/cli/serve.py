@@ -38,10 +38,10 @@ def add(sub: Any) -> None:
     sv.add_argument(
         "--max-connections",
         type=int,
-        default=1024,
+        default=None,
         metavar="N",
-        help="connections held at most (default 1024); one more closes the one idle longest, or is "
-        "answered 503 when every connection has a request in progress",
+        help="connections held at most (default: service.max_connections, 1024); one more closes the one "
+        "idle longest, or is answered 503 when every connection has a request in progress",
     )
     sv.add_argument("--no-access-log", action="store_true", help="no line per request on stderr")
     sv.set_defaults(func=run)
@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         path = getattr(args, flag)
         if path and not os.path.isfile(path):
             raise BadInput(f"--{flag.replace('_', '-')} {path}: no such file")
-    if not 1 <= args.max_connections <= 1_000_000:
+    wanted = svc.max_connections if args.max_connections is None else args.max_connections
+    if not 1 <= wanted <= 1_000_000:
         raise BadInput("--max-connections: 1 to 1000000")
     if not args.dashboard_only:
         need_prefect_server()
@@ -77,12 +78,12 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("workload_attribution.access").setLevel(logging.WARNING)
     if args.insecure_no_auth:
         log.warning("--insecure-no-auth: requests are accepted without a token or a signature")
-    max_connections = bounded.raise_fd_limit(args.max_connections)
-    if max_connections < args.max_connections:
+    max_connections = bounded.raise_fd_limit(wanted)
+    if max_connections < wanted:
         log.warning(
-            "the open-file limit (ulimit -n) holds %d connections, not --max-connections %d",
+            "the open-file limit (ulimit -n) holds %d connections, not the %d asked for",
             max_connections,
-            args.max_connections,
+            wanted,
         )
     host, port = args.host or svc.host, args.port or svc.port
     scheme = "https" if args.tls_cert else "http"
