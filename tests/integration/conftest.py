@@ -160,8 +160,8 @@ def hung_prometheus(prometheus):
 def stack(tmp_path_factory, kube, request, wheel_bin, hung_prometheus):
     """Prefect server, `attribution deploy`, worker and serve, from the wheel in a fresh venv started
     from / (as an operator installs it), with clusters: `lab` (static, the worked example's files),
-    `k8s` (Kueue via the stand-in), `ci` (the real Slurm) and `ci-hung` (the real Slurm, its metrics
-    from the real Prometheus behind the stall proxy)."""
+    `k8s` (Kueue via the stand-in), `ci` (the real Slurm, by sacct) and `ci-hung` (the real Slurm by
+    slurmrestd, its metrics from the real Prometheus behind the stall proxy)."""
     import yaml
 
     from tests.services.prefect_stack import PrefectStack
@@ -187,9 +187,9 @@ def stack(tmp_path_factory, kube, request, wheel_bin, hung_prometheus):
                 "sources": {s: files(OOM, s) for s in ("app", "syslog")},
             },
             "ci": {"scheduler": "slurm", "slurm": {}},
-            "ci-hung": {
+            "ci-hung": {  # scoped and discovered through slurmrestd
                 "scheduler": "slurm",
-                "slurm": {},
+                "slurm": {"rest_url": slurm["SLURMRESTD_URL"]} if slurm else {},
                 "sources": {"metrics": {"connector": "prometheus", "url": hung_prometheus.url, "timeout_s": 300}},
             },
         },
