@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from workload_attribution.connectors import scheduler_records as sr
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.connectors.text import SQL_DIR, TextFile, scan_files
-from workload_attribution.connectors.topology import MAX_TOPOLOGY_BYTES, TopologyError, links_from_yaml
+from workload_attribution.connectors.topology import MAX_TOPOLOGY_BYTES, TopologyError, check_size, links_from_yaml
 from workload_attribution.contracts.errors import BadInput
 from workload_attribution.contracts.lines import file_kind, printable_name, read_pieces, read_regular
 from workload_attribution.contracts.models import HOST_NAME, MAX_HOST, TEXT, AttemptScope, Coverage, CoverageStatus
@@ -473,6 +473,7 @@ def collect_topology(bundle: Path, scope: AttemptScope, staging: str) -> Collect
     skipped: list[str] = []
     try:
         text = read_regular(path, MAX_TOPOLOGY_BYTES).decode("utf-8", errors="replace")
+        check_size(text, SAFE_LOADER)
         doc = yaml.load(text, Loader=SAFE_LOADER) or {}
         rows = links_from_yaml(doc, skipped=skipped)
     except OSError as exc:

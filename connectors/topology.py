@@ -29,6 +29,19 @@ MAX_NAME = 253  # a host or switch name (DNS)
 _NAME = re.compile(r"^[^\x00-\x1f\x7f-\x9f]{1,253}$")
 
 
+def check_size(text: str, loader: Any, most: int = MAX_LINKS) -> None:
+    """Refuse, before building it, a YAML document with more scalars than `most` links can hold
+    (each link is a port and a peer): the document is only parsed into events, never held whole."""
+    import yaml
+
+    scalars, limit = 0, 2 * most + 10_000
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, yaml.ScalarEvent):
+            scalars += 1
+            if scalars > limit:
+                raise TopologyError(f"more than {most:,} links: refused (nothing of it is stored)")
+
+
 def _name(value: Any) -> str | None:
     """A switch, port or host name as a string, or None when it cannot be one."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):

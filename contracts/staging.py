@@ -34,6 +34,10 @@ if "pandas" not in sys.modules and importlib.util.find_spec("pandas") is None:
 MAX_TEXT = 16_384
 # Lines longer than this are counted as 'long' in coverage details.
 LONG_LINE = 1_048_576
+# What one attempt's staging database holds in memory; past it DuckDB spills to a private temporary
+# directory (removed with the database): a million pre-filter hits or samples keep the process
+# under 1 GiB (tests/bench/bounds.py).
+STAGING_MEMORY = "384MB"
 
 
 @cache
@@ -70,12 +74,18 @@ def connected(path: str) -> Iterator[duckdb.DuckDBPyConnection]:
 
 # An in-memory database lives while a connection to it is open: one holder per staging path.
 _holders: dict[str, duckdb.DuckDBPyConnection] = {}
+_spill: dict[str, str] = {}
 
 
 def release_staging(path: str) -> None:
     con = _holders.pop(path, None)
     if con is not None:
         con.close()
+    spill = _spill.pop(path, None)
+    if spill:
+        import shutil
+
+        shutil.rmtree(spill, ignore_errors=True)
 
 
 def create_staging(scope: AttemptScope, path: str | None = None) -> str:
@@ -85,6 +95,12 @@ def create_staging(scope: AttemptScope, path: str | None = None) -> str:
     con = connect(path)
     try:
         con.execute("SET TimeZone = 'UTC'")
+        if path.startswith(":memory:"):
+            import tempfile
+
+            _spill[path] = tempfile.mkdtemp(prefix="attribution-spill-")
+            con.execute(f"SET temp_directory = {sql_literal(_spill[path])}")
+            con.execute(f"SET memory_limit = {sql_literal(STAGING_MEMORY)}")
         con.execute(sql("staging_schema.sql"))
         con.execute("CREATE SEQUENCE IF NOT EXISTS file_seq START 1")
         con.execute(sql("log_time_macros.sql"))

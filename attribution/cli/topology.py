@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from workload_attribution.connectors.topology import (
         MAX_TOPOLOGY_BYTES,
         TopologyError,
+        check_size,
         links_from_ibnetdiscover,
         links_from_yaml,
     )
@@ -61,11 +62,11 @@ def run(args: argparse.Namespace) -> int:
         parse_when(args.valid_from) if args.valid_from else datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
     )
     try:
-        links = (
-            links_from_yaml(yaml.load(text, Loader=SAFE_LOADER) or {})
-            if fmt == "yaml"
-            else links_from_ibnetdiscover(text)
-        )
+        if fmt == "yaml":
+            check_size(text, SAFE_LOADER)  # parsed into events first: a huge one is refused unbuilt
+            links = links_from_yaml(yaml.load(text, Loader=SAFE_LOADER) or {})
+        else:
+            links = links_from_ibnetdiscover(text)
     except (TopologyError, yaml.YAMLError) as exc:
         raise BadInput(f"{path}: {common.first_line(exc)}") from None
     added = Warehouse(cfg.warehouse).load_topology(args.cluster, links, valid_from, f"{fmt} {path.name}")

@@ -176,28 +176,42 @@ FAR_LINES = {
     "dmesg-uptime-huge": f"[99999999999999999.123456] {XID79}",
 }
 
+MALFORMED = {"hour-25-minute-61", "fraction-40-digits", "dmesg-uptime-huge"}
+
+
+def far_lines(source: str, n: int) -> Callable[[dict], None]:
+    """Exactly n lines of the source had a stamp outside 1970..2200: counted, unparsed."""
+
+    def check(d: dict) -> None:
+        c = cov(d, source)
+        assert c["details"].get("lines_with_time_out_of_range") == n and c["unparsed"] >= n, c
+
+    return check
+
+
 for _name, _line in FAR_LINES.items():
 
     def _build(b: Path, line: str = _line) -> None:
         append(syslog(b), line + "\n")
 
+    malformed = _name in MALFORMED  # no stamp at all (the line takes its neighbours' time), or a valid one
     CASES.append(
         Case(
             name=f"time-{_name}",
             build=_build,
-            coverage={"syslog": ("ok", "partial")},
-            check=not_blamed(OTHER),
+            coverage={"syslog": ("ok", "partial") if malformed else "partial"},
+            check=not_blamed(OTHER) if malformed else all_of(not_blamed(OTHER), far_lines("syslog", 1)),
             tags=("time",),
         )
     )
 
 
-@case("time-far-future-app-line-with-rank", coverage={"app": "partial"}, check=assert_unparsed("app"))
+@case("time-far-future-app-line-with-rank", coverage={"app": "partial"}, check=far_lines("app", 1))
 def _(b: Path) -> None:
     append(app(b), "[rank0]:9999-12-31T23:59:59-14:00 RuntimeError: CUDA error: an illegal memory access\n")
 
 
-@case("time-far-future-in-every-syslog", coverage={"syslog": "partial"}, check=assert_unparsed("syslog", 5))
+@case("time-far-future-in-every-syslog", coverage={"syslog": "partial"}, check=far_lines("syslog", 5))
 def _(b: Path) -> None:
     for h in ("gb-r12-n01", "gb-r12-n02", "gb-r12-n03", "gb-r12-n05", "gb-r12-n06"):
         append(syslog(b, h), f"9999-12-31T23:59:59-14:00 {h} kernel: {XID79}\n")
@@ -235,6 +249,19 @@ def _(b: Path) -> None:
         append(prom(b), XID_SERIES.format(host=OTHER) + f" {v} 1795172400000\n")
         append(prom(b), f'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{gpu="0",Hostname="{OTHER}"}} {v} 1795172460000\n')
         append(prom(b), f'node_infiniband_port_state_id{{device="mlx5_0",instance="{OTHER}:9100"}} {v} 1795172460000\n')
+
+
+@case("prom-label-named-twice", coverage={"metrics": "partial"}, check=assert_unparsed("metrics"))
+def _(b: Path) -> None:
+    append(prom(b), f'DCGM_FI_DEV_GPU_TEMP{{Hostname="{OTHER}",gpu="0",gpu="1"}} 40 1795172400000\n')
+
+
+@case("log-50k-prefilter-hits-one-host", coverage={"app": "ok"}, tags=("bound",))
+def _(b: Path) -> None:
+    """The scaled-down million pre-filter hits (all stored, staging spills past its memory bound)."""
+    line = f"[rank1]:[2026-11-20 11:30:00] {OTHER}:3001:3101 [1] NCCL WARN NET/IB : Got async event : port active\n"
+    with open(app(b), "a") as fh:
+        fh.write(line * 50_000)
 
 
 @case("prom-not-utf8-line", coverage={"metrics": "partial"}, check=assert_unparsed("metrics"))
@@ -293,7 +320,7 @@ def _(b: Path) -> None:
     syslog(b).write_text("\n" * 1000 + "   \n")
 
 
-@case("log-all-outside-the-window", coverage={"app": ("empty", "partial")}, words=("outside",))
+@case("log-all-outside-the-window", coverage={"app": "empty"}, words=("outside",))
 def _(b: Path) -> None:
     for p in (b / "logs" / "app").iterdir():
         p.write_text("".join(f"2019-03-0{i % 9 + 1}T10:00:00Z [rank0]: step {i} ok\n" for i in range(50)))
@@ -531,6 +558,16 @@ def _(b: Path) -> None:
     ports = "".join(f"      {i}: h{i}\n" for i in range(1000))
     switches = "".join(f"  s{i}: *sw\n" for i in range(1, 1000))
     (b / "topology.yaml").write_text(f"switches:\n  s0: &sw\n    ports:\n{ports}{switches}")
+
+
+@case("topology-201k-ports", coverage={"topology": "error"}, words=("200,000 links",), tags=("bound",))
+def _(b: Path) -> None:
+    """The scaled-down 1M-port topology: just past the bound, refused before it is built."""
+    with open(b / "topology.yaml", "w") as fh:
+        fh.write("switches:\n")
+        for s in range(201):
+            fh.write(f"  leaf-{s}:\n    ports:\n")
+            fh.writelines(f"      {p}: h{s}-{p}\n" for p in range(1000))
 
 
 @case("topology-over-the-size-limit", coverage={"topology": "error"}, words=("bytes",), tags=("bound",))
