@@ -16,10 +16,10 @@ nothing about the attempt, and its coverage says so.
 from __future__ import annotations
 
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import duckdb
 
@@ -28,6 +28,7 @@ from workload_attribution.contracts.lines import (
     MAX_LINE,
     PIECE_BYTES,
     Piece,
+    PlainText,
     ReadStats,
     compression_of,
     plain_text,
@@ -66,8 +67,8 @@ class ScanStats:
 
     @property
     def usable(self) -> bool:
-        """Some file had a line about the attempt."""
-        return self.files > len(self.blank) + len(self.outside) + len(self.errors)
+        """Some file read had a line about the attempt (files counts those read to their end)."""
+        return self.files > len(self.blank) + len(self.outside)
 
 
 @dataclass
@@ -111,7 +112,7 @@ def scan_files(
         done.append(state)
         read = ReadStats()
         try:
-            with plain_text(f.path) if _compressed(f.path) else _as_is(f.path) as plain:
+            with plain_text(f.path) if _compressed(f.path) else nullcontext(PlainText(f.path)) as plain:
                 if plain.problem:
                     stats.corrupt.append(f"{f.ref}: {plain.problem}")
                 if plain.path is not None:
@@ -128,33 +129,17 @@ def scan_files(
     if batch:
         _scan(con, query, batch)
     _record(con, done, source, connector, stats)
-    if scope is not None:
-        _outside(con, done, scope, stats)
+    outside = _outside(con, done, scope, stats) if scope is not None else set()
     for s in done:
         if s.error:
             stats.errors.append(s.error)
-        elif s.f.node and s.lines > s.blank and not any(o.startswith(s.f.ref + " (") for o in stats.outside):
+        elif s.f.node and s.lines > s.blank and s.file_id not in outside:
             stats.nodes.add(s.f.node)
     return stats
 
 
 def _compressed(path: Path) -> bool:
     return path.suffix.lower() in COMPRESSED_SUFFIXES or compression_of(path) is not None
-
-
-class _as_is:
-    """plain_text's shape for a plain file."""
-
-    def __init__(self, path: Path):
-        from workload_attribution.contracts.lines import PlainText
-
-        self.plain = PlainText(path)
-
-    def __enter__(self) -> Any:
-        return self.plain
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _scan(con: duckdb.DuckDBPyConnection, query: str, batch: list[tuple[_File, Piece]]) -> None:
@@ -235,9 +220,9 @@ def _record(con: duckdb.DuckDBPyConnection, done: list[_File], source: str, conn
             stats.blank.append(s.f.ref)
 
 
-def _outside(con: duckdb.DuckDBPyConnection, done: list[_File], scope: AttemptScope, stats: ScanStats) -> None:
+def _outside(con: duckdb.DuckDBPyConnection, done: list[_File], scope: AttemptScope, stats: ScanStats) -> set[int]:
     """Files whose first and last stamped lines (of their head and tail) both lie before the
-    attempt's start, or both after its end (WINDOW_SLACK either side)."""
+    attempt's start, or both after its end (WINDOW_SLACK either side): their ids."""
     start, end = naive_utc(scope.start), naive_utc(scope.end)
     assert start is not None and end is not None
     ref = start + (end - start) / 2
@@ -259,10 +244,13 @@ def _outside(con: duckdb.DuckDBPyConnection, done: list[_File], scope: AttemptSc
         {"ids": [s.file_id for s in done if not s.error and s.lines > s.blank], "tz": scope.timezone, "ref": ref},
     ).fetchall()
     refs = {s.file_id: s.f.ref for s in done}
+    out = set()
     for file_id, first, last in rows:
         first, last = first or last, last or first
         if _before(last, start) or _before(end, first):
             stats.outside.append(f"{refs[file_id]} ({_day(first)} .. {_day(last)})")
+            out.add(file_id)
+    return out
 
 
 def _before(a: datetime, b: datetime) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import sys
 import uuid
@@ -98,7 +99,8 @@ def create_staging(scope: AttemptScope, path: str | None = None) -> str:
         if path.startswith(":memory:"):
             import tempfile
 
-            _spill[path] = tempfile.mkdtemp(prefix="attribution-spill-")
+            # DuckDB makes the directory when it first spills (most attempts never do)
+            _spill[path] = os.path.join(tempfile.gettempdir(), f"attribution-spill-{uuid.uuid4().hex}")
             con.execute(f"SET temp_directory = {sql_literal(_spill[path])}")
             con.execute(f"SET memory_limit = {sql_literal(STAGING_MEMORY)}")
         con.execute(sql("staging_schema.sql"))

@@ -239,16 +239,17 @@ def _(b: Path) -> None:
 
 @case("prom-xid-gauge-plus-inf-every-host", coverage={"metrics": ("ok", "partial")})
 def _(b: Path) -> None:
-    for i in range(1, 7):
+    for i in range(1, 7):  # each series goes from 0 to +Inf: a transition the rule looks at
+        append(prom(b), XID_SERIES.format(host=f"gb-r12-n0{i}") + " 0 1795172340000\n")
         append(prom(b), XID_SERIES.format(host=f"gb-r12-n0{i}") + " +Inf 1795172400000\n")
 
 
 @case("prom-nan-and-minus-inf-values", coverage={"metrics": ("ok", "partial")})
 def _(b: Path) -> None:
-    for v in ("NaN", "-Inf", "1e400", "-1e400"):
-        append(prom(b), XID_SERIES.format(host=OTHER) + f" {v} 1795172400000\n")
-        append(prom(b), f'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{gpu="0",Hostname="{OTHER}"}} {v} 1795172460000\n')
-        append(prom(b), f'node_infiniband_port_state_id{{device="mlx5_0",instance="{OTHER}:9100"}} {v} 1795172460000\n')
+    for i, v in enumerate(("0", "NaN", "0", "-Inf", "0", "1e400", "0", "-1e400")):
+        append(prom(b), XID_SERIES.format(host=OTHER) + f" {v} {1795172400000 + i * 1000}\n")
+        append(prom(b), f'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{gpu="0",Hostname="{OTHER}"}} {v} {1795172460000 + i * 1000}\n')
+        append(prom(b), f'node_infiniband_port_state_id{{device="mlx5_0",instance="{OTHER}:9100"}} {v} {1795172460000 + i * 1000}\n')
 
 
 @case("prom-label-named-twice", coverage={"metrics": "partial"}, check=assert_unparsed("metrics"))
