@@ -247,9 +247,10 @@ def _(b: Path) -> None:
 @case("prom-nan-and-minus-inf-values", coverage={"metrics": ("ok", "partial")})
 def _(b: Path) -> None:
     for i, v in enumerate(("0", "NaN", "0", "-Inf", "0", "1e400", "0", "-1e400")):
-        append(prom(b), XID_SERIES.format(host=OTHER) + f" {v} {1795172400000 + i * 1000}\n")
-        append(prom(b), f'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{gpu="0",Hostname="{OTHER}"}} {v} {1795172460000 + i * 1000}\n')
-        append(prom(b), f'node_infiniband_port_state_id{{device="mlx5_0",instance="{OTHER}:9100"}} {v} {1795172460000 + i * 1000}\n')
+        t = 1795172400000 + i * 1000
+        append(prom(b), XID_SERIES.format(host=OTHER) + f" {v} {t}\n")
+        append(prom(b), f'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{gpu="0",Hostname="{OTHER}"}} {v} {t + 60000}\n')
+        append(prom(b), f'node_infiniband_port_state_id{{device="mlx5_0",instance="{OTHER}:9100"}} {v} {t + 60000}\n')
 
 
 @case("prom-label-named-twice", coverage={"metrics": "partial"}, check=assert_unparsed("metrics"))

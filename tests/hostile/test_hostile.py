@@ -219,3 +219,27 @@ def test_out_of_range_settings_are_bad_input(monkeypatch, capsys, var, value):
     out, err = capsys.readouterr()
     assert code == 2 and not out, (code, err)
     assert err.count("\n") == 1 and err.startswith("attribution: ") and var.split("__")[-1].lower() in err, err
+
+
+def test_one_unreadable_host_log_costs_that_host(tmp_path, monkeypatch):
+    """A host's log that cannot be opened (permission denied: root reads every file, so the refusal
+    is made here) is named in coverage; the other hosts' lines are read, the verdict stands."""
+    from tests.helpers import diagnose
+    from workload_attribution.contracts import lines
+
+    b = tmp_path / "b"
+    shutil.copytree(corpus.WORKED, b)
+    real = lines.open_regular
+
+    def refuse(path):
+        if Path(path).name == f"{corpus.OTHER}.log" and Path(path).parent.name == "syslog":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(lines, "open_regular", refuse)
+    d = json.loads(diagnose(b).to_json())
+    c = corpus.cov(d, "syslog")
+    assert c["status"] == "partial" and c["observations"] > 100, c
+    assert any(corpus.OTHER in x and "Permission denied" in x for x in c["details"]["not_read"]), c
+    assert corpus.OTHER not in c["nodes"] and len(c["nodes"]) == 5, c["nodes"]
+    assert (d["terminal_state"], d["sub_domain"], d["root_cause"]["node"]) == (*corpus.NVLINK, corpus.HOST)
