@@ -515,6 +515,24 @@ def _(b: Path) -> None:
     _sacct(b, lambda d: d["jobs"][0]["steps"].extend([1, "x", None, {"step": "nope", "nodes": 5}]))
 
 
+@case("sacct-over-the-size-limit", coverage={"sacct": "error"}, words=("limit",), tags=("bound",))
+def _(b: Path) -> None:
+    p = b / "scheduler" / "sacct.json"
+    p.write_text(p.read_text() + " " * (65 << 20))  # valid JSON, 65 MiB: refused unread
+
+
+@case(
+    "special-fifo-as-kueue-pods",
+    base=KUEUE,
+    verdict=HOST_OOM,
+    node=None,
+    coverage={"kueue": "partial"},
+    words=("FIFO",),
+)
+def _(b: Path) -> None:
+    fifo(b / "scheduler" / "pods.json")
+
+
 @case("sacct-nested-100k-deep", coverage={"sacct": "error"})
 def _(b: Path) -> None:
     (b / "scheduler" / "sacct.json").write_text("[" * 100_000 + "]" * 100_000)
