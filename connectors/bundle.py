@@ -218,10 +218,10 @@ def collect_text(bundle: Path, scope: AttemptScope, source: str, staging: str, p
     per_node = source != "scheduler_log"
     files, refused, not_read = _text_files(bundle, rel_dir, per_node)
     with connected(staging) as con:
-        stats = scan_files(con, files, source, CONNECTOR, prefilter, scope)
+        stats = scan_files(con, files, source, CONNECTOR, prefilter)
     missing = sorted(set(scope.nodes) - stats.nodes) if per_node else []
     unparsed = stats.bad_lines + len(refused) + len(stats.corrupt) + len(stats.errors)
-    gaps = bool(missing or not_read or stats.blank or stats.outside)
+    gaps = bool(missing or not_read or stats.blank)
     if stats.files and not stats.usable:  # something was read, nothing of it about the attempt
         status = CoverageStatus.empty
     elif not stats.files and stats.errors:
@@ -246,16 +246,12 @@ def collect_text(bundle: Path, scope: AttemptScope, source: str, staging: str, p
             "not_read": not_read + stats.errors,
             "corrupt_archives": stats.corrupt,
             "blank_files": stats.blank,
-            "outside_window": stats.outside,
+            "outside_window": [],  # filled once the lines' times are parsed (text.apply_spans)
         },
     )
     why = []
     if stats.blank:
         why.append(f"{len(stats.blank)} file(s) with only blank lines: {_names(stats.blank)}")
-    if stats.outside:
-        why.append(
-            f"{len(stats.outside)} file(s) with every line outside the attempt's window: {_names(stats.outside)}"
-        )
     if stats.errors:
         why.append(f"{len(stats.errors)} file(s) not readable: {_names(stats.errors)}")
     if not_read:

@@ -45,7 +45,7 @@ def collect(ctx: CollectContext[FilesSource]) -> Collected:
             not_read.append(f"{printable_name(str(p))}: {kind}, not read")
             missing.append(host)
     with connected(ctx.staging) as con:
-        stats = scan_files(con, files, ctx.source, CONNECTOR, list(ctx.prefilter), ctx.scope)
+        stats = scan_files(con, files, ctx.source, CONNECTOR, list(ctx.prefilter))
     no_data = sorted(set(ctx.scope.nodes) - stats.nodes)
     if not files:
         status = CoverageStatus.unavailable
@@ -62,8 +62,6 @@ def collect(ctx: CollectContext[FilesSource]) -> Collected:
         why.append(f"no file for node(s): {', '.join(missing[:20])}")
     if stats.blank:
         why.append(f"{len(stats.blank)} file(s) with only blank lines")
-    if stats.outside:
-        why.append(f"{len(stats.outside)} file(s) with every line outside the attempt's window")
     if stats.errors:
         why.append(f"{len(stats.errors)} file(s) not readable")
     cov = Coverage(
@@ -83,7 +81,7 @@ def collect(ctx: CollectContext[FilesSource]) -> Collected:
             "truncated_bytes": stats.truncated_bytes,
             "not_read": not_read + stats.errors,
             "blank_files": stats.blank,
-            "outside_window": stats.outside,
+            "outside_window": [],  # filled once the lines' times are parsed (text.apply_spans)
         },
     )
     return Collected(cov, files={f.ref: f.path for f in files})

@@ -34,7 +34,7 @@ from workload_attribution.contracts.lines import (
     plain_text,
     read_pieces,
 )
-from workload_attribution.contracts.models import AttemptScope
+from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus
 from workload_attribution.contracts.staging import contains_any, naive_utc, render, scalar
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"
@@ -63,12 +63,11 @@ class ScanStats:
     errors: list[str] = field(default_factory=list)  # "<ref>: why" for files that could not be read
     corrupt: list[str] = field(default_factory=list)  # "<ref>: why" for archives not read to their end
     blank: list[str] = field(default_factory=list)  # files with no line that is not blank
-    outside: list[str] = field(default_factory=list)  # "<ref> (first .. last)": all outside the window
 
     @property
     def usable(self) -> bool:
         """Some file read had a line about the attempt (files counts those read to their end)."""
-        return self.files > len(self.blank) + len(self.outside)
+        return self.files > len(self.blank)
 
 
 @dataclass
@@ -86,14 +85,10 @@ class _File:
 
 
 def scan_files(
-    con: duckdb.DuckDBPyConnection,
-    files: list[TextFile],
-    source: str,
-    connector: str,
-    prefilter: list[str],
-    scope: AttemptScope | None = None,
+    con: duckdb.DuckDBPyConnection, files: list[TextFile], source: str, connector: str, prefilter: list[str]
 ) -> ScanStats:
-    """Scan the files into raw_lines/source_files; with a scope, files outside its window are told."""
+    """Scan the files into raw_lines/source_files (with each file's first and last lines: whether
+    it lies outside the attempt's window is told once every line's time is parsed, `apply_spans`)."""
     stats = ScanStats()
     query = render(
         "scan_text.sql",
@@ -129,11 +124,10 @@ def scan_files(
     if batch:
         _scan(con, query, batch)
     _record(con, done, source, connector, stats)
-    outside = _outside(con, done, scope, stats) if scope is not None else set()
     for s in done:
         if s.error:
             stats.errors.append(s.error)
-        elif s.f.node and s.lines > s.blank and s.file_id not in outside:
+        elif s.f.node and s.lines > s.blank:
             stats.nodes.add(s.f.node)
     return stats
 
@@ -220,42 +214,39 @@ def _record(con: duckdb.DuckDBPyConnection, done: list[_File], source: str, conn
             stats.blank.append(s.f.ref)
 
 
-def _outside(con: duckdb.DuckDBPyConnection, done: list[_File], scope: AttemptScope, stats: ScanStats) -> set[int]:
-    """Files whose first and last stamped lines (of their head and tail) both lie before the
-    attempt's start, or both after its end (WINDOW_SLACK either side): their ids."""
-    start, end = naive_utc(scope.start), naive_utc(scope.end)
-    assert start is not None and end is not None
-    ref = start + (end - start) / 2
-    rows = con.execute(
-        """
-        WITH f AS (
-            SELECT * FROM source_files WHERE file_id IN (SELECT unnest($ids))
-        ), l AS (
-            SELECT file_id, 'head' AS side, unnest(head) AS line FROM f
-            UNION ALL
-            SELECT file_id, 'tail', unnest(tail) FROM f
-        ), t AS (
-            SELECT file_id, side, parse_log_line(line, $tz, $ref)['ts'] AS ts FROM l
-        )
-        SELECT file_id, min(ts) FILTER (WHERE side = 'head'), max(ts) FILTER (WHERE side = 'tail')
-        FROM t WHERE ts >= TIMESTAMP '1970-01-02' AND ts < TIMESTAMP '2200-01-01'
-        GROUP BY file_id
-        """,
-        {"ids": [s.file_id for s in done if not s.error and s.lines > s.blank], "tz": scope.timezone, "ref": ref},
-    ).fetchall()
-    refs = {s.file_id: s.f.ref for s in done}
-    out = set()
-    for file_id, first, last in rows:
-        first, last = first or last, last or first
-        if _before(last, start) or _before(end, first):
-            stats.outside.append(f"{refs[file_id]} ({_day(first)} .. {_day(last)})")
-            out.add(file_id)
-    return out
-
-
 def _before(a: datetime, b: datetime) -> bool:
     return a + WINDOW_SLACK < b
 
 
 def _day(t: datetime) -> str:
     return t.isoformat(timespec="seconds")
+
+
+def apply_spans(
+    cov: Coverage, spans: list[tuple[str, str, str | None, datetime | None, datetime | None]], scope: AttemptScope
+) -> None:
+    """After normalising (contracts/lines.py normalize: each scanned file's first and last stamps),
+    a source's files whose stamps all lie before the attempt's start or all after its end
+    (WINDOW_SLACK either side) are named in its coverage; their hosts are not covered by them, and
+    a source with nothing else to say is `empty`."""
+    start, end = naive_utc(scope.start), naive_utc(scope.end)
+    assert start is not None and end is not None
+    mine = [row for row in spans if row[0] == cov.source]
+    outside, shown = set(), []
+    for _, path, _, first, last in mine:
+        first, last = first or last, last or first
+        if first is not None and last is not None and (_before(last, start) or _before(end, first)):
+            outside.add(path)
+            shown.append(f"{path} ({_day(first)} .. {_day(last)})")
+    if not outside or cov.status.value not in ("ok", "partial", "empty"):
+        return
+    blank = set(cov.details.get("blank_files") or [])
+    usable = [node for _, path, node, _, _ in mine if path not in outside and path not in blank]
+    lost = sorted(set(cov.nodes) - set(usable))
+    cov.nodes = sorted(set(cov.nodes) & set(usable))
+    cov.details["outside_window"] = shown
+    if "missing_nodes" in cov.details:
+        cov.details["missing_nodes"] = sorted(set(cov.details["missing_nodes"]) | set(lost))
+    why = f"{len(shown)} file(s) with every line outside the attempt's window: {', '.join(shown[:10])}"
+    cov.error = f"{cov.error}; {why}" if cov.error else why
+    cov.status = CoverageStatus.partial if usable else CoverageStatus.empty

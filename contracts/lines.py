@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 import zstandard
 
-from workload_attribution.contracts.staging import LONG_LINE, MAX_TEXT, naive_utc, render, scalar
+from workload_attribution.contracts.staging import LONG_LINE, MAX_TEXT, naive_utc, render, scalar, sql
 
 # How many lines before and after a continuation line are searched for the stamps around it.
 CONTEXT_LINES = 48
@@ -311,17 +311,44 @@ def plain_text(path: Path) -> Iterator[PlainText]:
         os.unlink(name)
 
 
-def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref, files_by_ref: dict[str, Path]) -> dict[str, int]:
+@dataclass
+class Normalized:
+    """What normalising found for coverage: per source, lines whose stamp is outside 1970..2200
+    (`far`), and each scanned file's first and last stamps (of its first and last lines; None
+    when they have none) as (source, path, node, first, last) rows: `spans`."""
+
+    far: dict[str, int]
+    spans: list[tuple[str, str, str | None, datetime | None, datetime | None]]
+
+
+def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref, files_by_ref: dict[str, Path]) -> Normalized:
     """raw_lines -> log_lines, then continuation lines take their time and interval from the
     stamped lines around them in their file (read again, streamed, only around those lines).
-    A stamp outside 1970..2200 is no time (the line is like one without a stamp); returns how many
-    lines of each source had one, for their coverage."""
-    con.execute(render("normalize_lines.sql", max_text=MAX_TEXT), {"tz": tz, "ref": ref})
+    A stamp outside 1970..2200 is no time (the line is like one without a stamp), counted."""
+    con.execute(sql("parse_lines.sql"), {"tz": tz, "ref": ref})
+    con.execute(render("normalize_lines.sql", max_text=MAX_TEXT))
+    spans = [
+        tuple(r)
+        for r in con.execute(
+            """
+            SELECT s.source, s.path, s.node,
+                   min(p.stamp) FILTER (WHERE p.kind = 'head' AND p.stamp >= TIMESTAMP '1970-01-02'
+                                        AND p.stamp < TIMESTAMP '2200-01-01'),
+                   max(p.stamp) FILTER (WHERE p.kind = 'tail' AND p.stamp >= TIMESTAMP '1970-01-02'
+                                        AND p.stamp < TIMESTAMP '2200-01-01')
+            FROM source_files s LEFT JOIN parsed_lines p ON p.file_id = s.file_id AND p.kind != 'raw'
+            WHERE s.head IS NOT NULL
+            GROUP BY ALL
+            """
+        ).fetchall()
+    ]
+    con.execute("DROP TABLE IF EXISTS parsed_lines")
     far = dict(
         con.execute("SELECT source, count(*) FROM log_lines WHERE time_quality = 'far' GROUP BY source").fetchall()
     )
     if far:
         con.execute("UPDATE log_lines SET time_quality = 'none' WHERE time_quality = 'far'")
+    done = Normalized(far, spans)
     needing = [
         r[0]
         for r in con.execute(
@@ -330,14 +357,14 @@ def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref, files_by_ref: dict[s
         if r[0] in files_by_ref
     ]
     if not needing:
-        return far
+        return done
     con.execute("CREATE OR REPLACE TEMP TABLE line_window (path VARCHAR, lineno BIGINT, line VARCHAR)")
     for ref_path in needing:  # the file read once, in pieces; only the pieces holding a window go to DuckDB
         with plain_text(files_by_ref[ref_path]) as plain:
             if plain.path is not None:
                 _window(con, ref_path, plain.path)
     con.execute(render("inherit_time.sql", context=CONTEXT_LINES), {"tz": tz, "ref": ref})
-    return far
+    return done
 
 
 def _window(con: duckdb.DuckDBPyConnection, ref_path: str, path: Path) -> None:

@@ -21,6 +21,7 @@ from workload_attribution.connectors.bundle import SOURCES as BUNDLE_SOURCES
 from workload_attribution.connectors.bundle import BundleSource, load_scope
 from workload_attribution.connectors.clusters import ClusterConfig
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig
+from workload_attribution.connectors.text import apply_spans
 from workload_attribution.contracts.errors import BadInput, SourceError, first_line
 from workload_attribution.contracts.identity import Target
 from workload_attribution.contracts.lines import normalize
@@ -284,12 +285,13 @@ def store_observations(scoped: Scoped, results: list[Collected]) -> list[Coverag
     files = {ref: Path(p) for r in results for ref, p in r.files.items()}
     with connected(scoped.staging) as con:
         ref_time = scoped.scope.start + (scoped.scope.end - scoped.scope.start) / 2
-        far = normalize(con, scoped.scope.timezone, ref_time.replace(tzinfo=None), files)
+        found = normalize(con, scoped.scope.timezone, ref_time.replace(tzinfo=None), files)
     coverage = [r.coverage for r in results]
-    for c in coverage:  # a stamp outside 1970..2200 costs its line (no time), counted: the source is partial
-        if far.get(c.source):
-            c.details["lines_with_time_out_of_range"] = far[c.source]
-            c.unparsed += far[c.source]
+    for c in coverage:
+        apply_spans(c, found.spans, scoped.scope)  # files wholly outside the attempt's window
+        if found.far.get(c.source):  # a stamp outside 1970..2200 costs its line (no time), counted
+            c.details["lines_with_time_out_of_range"] = found.far[c.source]
+            c.unparsed += found.far[c.source]
             if c.status in (CoverageStatus.ok, CoverageStatus.empty):
                 c.status = CoverageStatus.partial
     return coverage
