@@ -1,19 +1,34 @@
 """Prefect flow `attribute-attempt`: one failed attempt -> one diagnosis in the warehouse.
 
-Each step is a Prefect task; every source's collection is its own task, submitted in parallel,
-retried on transient errors only (TransientSourceError: transport errors, 429, 5xx). Tasks take
-and return small values (paths, models), never DuckDB connections, and cache nothing. The flow's
-one parameter is the Target; everything else (the cluster's scheduler and sources, the
-warehouse, the rules) comes from the configuration of the process that runs it.
+The story (flows/pipeline.py): scope -> collect (every source in parallel) -> store -> attribute
+-> publish. A step is a Prefect task run where Prefect adds something to it: scoping and each
+source's collection talk to schedulers and services that fail transiently, so each is a task run,
+retried on transient errors only (TransientSourceError: transport errors, 429, 5xx), the sources
+submitted in parallel, each with its own state. A source with nothing to collect (not in the
+bundle, no file for any host) is not a task run: its coverage record says so, made by the same
+connector code. Store, attribute and publish work on this process's own staging database and
+warehouse connection, with nothing to retry: they are plain calls, each one line of the flow run's
+log with what it did and how long it took (a task run is three events and a log line on the Prefect
+server for each step of each attempt; on a fleet's storm of failures that is the server's load).
+
+Task parameters are quoted: Prefect would otherwise walk every argument (the rules pack, the
+scope's node list) looking for futures, which cost a third of a run's CPU. Tasks take and return
+small values (paths, models), never DuckDB connections, and cache nothing. The flow's one
+parameter is the Target; everything else (the cluster's scheduler and sources, the warehouse, the
+rules) comes from the configuration of the process that runs it.
 """
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
 from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.utilities.annotations import quote
 
 from workload_attribution.contracts.errors import TransientSourceError
 from workload_attribution.contracts.identity import Target
@@ -44,26 +59,98 @@ collect_task = task(
     retry_jitter_factor=0.5,
     retry_condition_fn=_retry_transient,
 )(steps.collect_source)
-store_task = task(name="store", cache_policy=NONE)(steps.store_observations)
-attribute_task = task(name="attribute", cache_policy=NONE)(steps.attribute)
-publish_task = task(name="publish", cache_policy=NONE)(steps.publish)
+
+
+def nothing_to_collect(scoped: steps.Scoped, source: str) -> bool:
+    """True when a source has no input at all: a bundle without the source's files or folder, a
+    files source with no file for any host. Its collection only writes the coverage record that
+    says so (unavailable, skipped): no retry can change that, so it needs no task run."""
+    connector, config = scoped.sources[source]
+    if connector == "bundle":
+        from workload_attribution.connectors import bundle as b
+
+        root = Path(config.path)
+        paths = {
+            "sacct": [root / "scheduler" / "sacct.json"],
+            "kueue": [root / "scheduler" / name for name in b.KUEUE_FILES],
+            "metrics": [root / "metrics"],
+            "topology": [root / "topology.yaml"],
+        }.get(source) or ([root / b.TEXT_SOURCES[source]] if source in b.TEXT_SOURCES else [])
+        return bool(paths) and not any(os.path.lexists(p) for p in paths)
+    if connector == "files":
+        return not any(os.path.lexists(config.path.replace("{host}", h)) for h in scoped.scope.nodes)
+    return False
+
+
+class _Done:
+    """The result of a step run in the flow's thread, as a future."""
+
+    def __init__(self, fn, *args):
+        try:
+            self.value, self.error = fn(*args), None
+        except Exception as exc:  # what a failed task's future would raise
+            self.value, self.error = None, exc
+
+    def result(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def _logged(step: str, fn, *args, said=lambda r: ""):
+    """A step run in the flow run itself: one log line with what it did and its seconds."""
+    from prefect.logging import get_run_logger
+
+    started = time.monotonic()
+    result = fn(*args)
+    get_run_logger().info("%s%s in %.2f s", step, said(result), time.monotonic() - started)
+    return result
 
 
 class PrefectRunner:
     def scope(self, target, cluster):
-        return scope_task(target, cluster)
+        return scope_task(quote(target), quote(cluster))
 
     def collect(self, scoped, source, pack):
-        return collect_task.submit(scoped, source, pack)
+        if nothing_to_collect(scoped, source):
+            return _Done(steps.collect_source, scoped, source, pack)
+        return collect_task.submit(quote(scoped), source, quote(pack))
 
     def store(self, scoped, results):
-        return store_task(scoped, results)
+        return _logged(
+            "store",
+            steps.store_observations,
+            scoped,
+            results,
+            said=lambda cov: (
+                ": " + ", ".join(f"{c.source} {c.status.value} ({c.observations} observations)" for c in cov)
+            ),
+        )
 
     def attribute(self, scoped, coverage, pack, settings, notes):
-        return attribute_task(scoped, coverage, pack, settings, notes)
+        return _logged(
+            "attribute",
+            steps.attribute,
+            scoped,
+            coverage,
+            pack,
+            settings,
+            notes,
+            said=lambda d: (
+                f": {d.terminal_state.value}/{d.sub_domain.value}, "
+                + (f"root {d.root_cause.symptom} on {d.root_cause.node or '-'}" if d.root_cause else "no root")
+            ),
+        )
 
     def publish(self, diagnosis, warehouse, scoped):
-        return publish_task(diagnosis, warehouse, scoped)
+        return _logged(
+            "publish",
+            steps.publish,
+            diagnosis,
+            warehouse,
+            scoped,
+            said=lambda d: f": diagnosis {d.diagnosis_id} to the warehouse" if warehouse else ": not stored",
+        )
 
 
 def _run_name() -> str:

@@ -6,9 +6,19 @@ pool, claims a scheduled run the way Prefect's workers do (proposing Pending: th
 exactly one worker win it), and runs it with Prefect's own engine (`run_flow`) in a thread of an
 already-warm process. States, logs, retries and the UI are Prefect's, unchanged.
 
-Prefect's sync engine gives each run a heartbeat thread and waits up to a second for it to stop
-(~0.5 s a run here); this worker turns that thread off for its runs and emits the same
-`prefect.flow-run.heartbeat` events itself, for every run in flight, from its polling loop.
+What Prefect's engine does per run that buys nothing in a warm process, and is done once instead
+(each measured with tests/bench/trigger_storm.py, which counts the API calls):
+
+- a heartbeat thread per run, joined for up to a second at its end: off for this worker's runs;
+  the worker emits the same `prefect.flow-run.heartbeat` events itself, for every run in flight,
+  from its polling loop;
+- a new API client per run (an SSL context, a connection, a CSRF token: a GET): each flow-run
+  thread keeps one client and the run's settings for its whole life;
+- the server's default result storage, read three times a run (GET /admin/storage) for results
+  these flows never persist: read once a minute;
+- a suspension observer per run (a thread with its own event loop, a client, a GET of the run and an
+  events subscription, joined at the run's end) that notices a run suspended from outside: these
+  flows never suspend (they run for seconds and wait for no input), so the watch is left out.
 
 The trade: one crash takes the runs in flight with it (a process worker loses one). A run that
 was in flight when its worker died is left Running in Prefect; its attempt has no diagnosis in the
@@ -64,12 +74,11 @@ class InProcessWorker:
 
     def _execute(self, flow, flow_run) -> None:
         from prefect.flow_engine import run_flow
-        from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
         started = time.monotonic()
         try:
-            with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):  # the worker beats (heartbeat())
-                run_flow(flow, flow_run=flow_run, return_type="state")
+            _thread_client()
+            run_flow(flow, flow_run=flow_run, return_type="state")
         except BaseException:  # the engine has already recorded the run's failure in Prefect
             log.exception("flow run %s raised", flow_run.id)
         finally:
@@ -78,6 +87,7 @@ class InProcessWorker:
     def _crash(self, client, flow_run, exc: BaseException) -> None:
         from prefect.states import Crashed
 
+        log.error("flow run %s could not start: %s: %s", flow_run.id, type(exc).__name__, exc)
         try:
             client.set_flow_run_state(
                 flow_run.id, Crashed(message=f"worker could not start the run: {exc}"), force=True
@@ -133,9 +143,11 @@ class InProcessWorker:
     def run(self) -> None:
         from prefect.client.orchestration import get_client
 
+        _no_suspension_observer()
+        _storage_lookup_cached()
         with (
             get_client(sync_client=True) as client,
-            ThreadPoolExecutor(max_workers=self.limit, thread_name_prefix="flow-run") as pool,
+            ThreadPoolExecutor(max_workers=self.limit, thread_name_prefix="flow-run", initializer=_warm_thread) as pool,
         ):
             last_beat = 0.0
             while not self.stop.is_set():
@@ -151,3 +163,73 @@ class InProcessWorker:
                 self.stop.wait(self.poll_s)
             for fut, _ in list(self._running.values()):
                 fut.result()
+
+
+_THREAD_CONTEXTS: list[Any] = []  # kept: a context manager collected would exit
+
+
+def _warm_thread() -> None:
+    """Each flow-run thread, once: the settings its runs use (no engine heartbeat thread: the
+    worker beats), for the thread's life."""
+    from prefect.context import SettingsContext, get_settings_context
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY
+
+    ctx = get_settings_context()  # what temporary_settings does, kept open
+    settings = ctx.settings.copy_with_update(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
+    kept = SettingsContext(profile=ctx.profile, settings=settings)
+    kept.__enter__()
+    _THREAD_CONTEXTS.append(kept)
+
+
+def _thread_client() -> None:
+    """One API client per flow-run thread, entered on its first run and kept (closed when the process
+    ends): Prefect's engine takes the client in context (SyncClientContext.get_or_create) instead of
+    opening one per run. Server unreachable now: this run's engine opens its own, as it would."""
+    from prefect.context import SyncClientContext
+
+    if SyncClientContext.get() is not None:
+        return
+    try:
+        ctx = SyncClientContext()
+        ctx.__enter__()
+    except Exception as exc:
+        log.warning("no API client kept for this thread yet: %s", str(exc).splitlines()[0] if str(exc) else exc)
+        return
+    _THREAD_CONTEXTS.append(ctx)
+
+
+def _storage_lookup_cached(ttl_s: float = 60.0) -> None:
+    """Prefect's engine asks the server for its default result storage three times a run (GET
+    /admin/storage), for results these flows never persist; the answer is kept for ttl_s in this
+    process, so a default an operator sets is still followed within a minute."""
+    import prefect.results as results
+
+    read = getattr(results, "_read_server_default_result_storage_block_id", None)
+    if read is None or getattr(read, "cached", False):
+        return
+    lock = threading.Lock()
+    kept: list[tuple[float, Any]] = []
+
+    def cached() -> Any:
+        with lock:
+            if kept and time.monotonic() - kept[0][0] < ttl_s:
+                return kept[0][1]
+        value = read()
+        with lock:
+            kept[:] = [(time.monotonic(), value)]
+        return value
+
+    cached.cached = True  # type: ignore[attr-defined]
+    results._read_server_default_result_storage_block_id = cached
+
+
+def _no_suspension_observer() -> None:
+    """Prefect's engine watches every deployment run for a suspension requested from outside (a
+    thread, an event loop, a client, a read of the run and an events subscription, per run). The
+    flows this worker runs never suspend; the watch is left out of this process."""
+    from contextlib import nullcontext
+
+    import prefect.flow_engine as engine
+
+    if hasattr(engine, "observe_flow_run_suspension"):
+        engine.observe_flow_run_suspension = lambda *a, **k: nullcontext()  # type: ignore[assignment]

@@ -103,6 +103,24 @@ class Postgres:
             shutil.chown(p, "postgres", "postgres")
         return p
 
+    def create_database(self, name: str) -> str:
+        """Another database owned by the user (e.g. a Prefect server's beside a DuckLake catalog); its name."""
+        r = subprocess.run(
+            ["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-v", "ON_ERROR_STOP=1"]
+            + ["-c", f"CREATE DATABASE {name} OWNER {self.user}"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PGPASSWORD": "postgres-admin"},
+            timeout=60,
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"psql failed: {r.stderr}")
+        return name
+
+    def sqlalchemy_url(self, db: str | None = None) -> str:
+        """The URL a Prefect server takes (PREFECT_SERVER_DATABASE_CONNECTION_URL), asyncpg's driver."""
+        return f"postgresql+asyncpg://{self.user}:{self.password}@127.0.0.1:{self.port}/{db or self.db}"
+
     @property
     def dsn(self) -> str:
         return f"host=127.0.0.1 port={self.port} dbname={self.db} user={self.user}"
