@@ -326,7 +326,11 @@ def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref, files_by_ref: dict[s
     stamped lines around them in their file (read again, streamed, only around those lines).
     A stamp outside 1970..2200 is no time (the line is like one without a stamp), counted."""
     con.execute(sql("parse_lines.sql"), {"tz": tz, "ref": ref})
-    con.execute(render("normalize_lines.sql", max_text=MAX_TEXT))
+    n = scalar(con, "SELECT count(*) FROM parsed_lines WHERE kind = 'raw'")
+    # the lines' ids, taken from obs_seq as one block (nothing else draws from it meanwhile) and
+    # given in file order: an id says where a line stands, whatever order DuckDB reads them in
+    last = scalar(con, "SELECT max(nextval('obs_seq')) FROM range($n)", {"n": n}) if n else 0
+    con.execute(render("normalize_lines.sql", max_text=MAX_TEXT), {"base": (last or 0) - n})
     spans = [
         tuple(r)
         for r in con.execute(
