@@ -280,6 +280,19 @@ def _load_json(path: Path) -> Any:
         raise sr.RecordError(f"{path.name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
 
 
+def read_sacct_record(bundle: Path) -> Any | None:
+    """The bundle's scheduler/sacct.json as JSON, read under the same rules as the sacct source (inside
+    the bundle, a regular file, at most MAX_RECORD_BYTES); None when there is none. RecordError says why
+    it cannot be read."""
+    path = bundle / "scheduler" / "sacct.json"
+    if not os.path.lexists(path):
+        return None
+    problem = _dir_problem(bundle, "scheduler") or _problem(bundle, path)
+    if problem:
+        raise sr.RecordError(problem)
+    return _load_json(path)
+
+
 def collect_sacct(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
     path = bundle / "scheduler" / "sacct.json"
     if os.path.lexists(path):

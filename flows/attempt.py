@@ -65,7 +65,8 @@ def nothing_to_collect(scoped: steps.Scoped, source: str) -> bool:
     """True when a source has no input at all: a bundle without the source's files or folder, a
     files source with no file for any host. Its collection only writes the coverage record that
     says so (unavailable, skipped): no retry can change that, so it needs no task run."""
-    connector, config = scoped.sources[source]
+    connector, sourced = scoped.sources[source]
+    config: Any = sourced  # bundle and files configs both carry a path
     if connector == "bundle":
         from workload_attribution.connectors import bundle as b
 

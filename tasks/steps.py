@@ -7,7 +7,6 @@ same story (flows/pipeline.py): scope -> collect (each source in parallel) -> st
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Any
 from workload_attribution.connectors import registry
 from workload_attribution.connectors import scheduler_records as sr
 from workload_attribution.connectors.bundle import SOURCES as BUNDLE_SOURCES
-from workload_attribution.connectors.bundle import BundleSource, load_scope
+from workload_attribution.connectors.bundle import BundleSource, load_scope, read_sacct_record
 from workload_attribution.connectors.clusters import ClusterConfig
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig
 from workload_attribution.connectors.text import apply_spans
@@ -124,23 +123,21 @@ def bundle_record_wins(bundle: Path, scope: AttemptScope) -> tuple[AttemptScope,
     """The bundle's scope, with the scheduler's record (scheduler/sacct.json) winning over attempt.yaml
     on the window, the nodes and the state, and a note for each disagreement. No record: attempt.yaml
     as written, silently. A record that cannot be read (its coverage says why): attempt.yaml, noted."""
-    path = bundle / SACCT_FILE
-    if not path.is_file():
-        return scope, []
     try:
-        if not path.resolve().is_relative_to(bundle.resolve()):
-            raise ValueError("a link to outside the bundle")  # never read; the sacct source refuses it too
-        doc = json.loads(path.read_bytes().decode("utf-8"))
+        # read under the sacct source's own rules: inside the bundle, a regular file, bounded in size
+        doc = read_sacct_record(bundle)
+        if doc is None:
+            return scope, []
         obs, facts = sr.sacct_observations(doc, scope.job_id, SACCT_FILE)
+        # the steps' nodes belong to the attempt too (a record read right after the end may list fewer)
+        step_nodes = [n for o in obs if o.kind == "sacct_step" for n in o.attrs.get("nodes") or []]
+        facts["nodes"] = list(dict.fromkeys([*(facts.get("nodes") or []), *step_nodes]))
+        return record_wins(scope, facts, SACCT_FILE)
     except Exception as exc:  # a broken record never sinks the diagnosis; the sacct source reports the error
         return scope, [
             f"{SACCT_FILE} could not be read ({first_line(exc)[:200]}): the scope is "
             "attempt.yaml's, unchecked against the scheduler's record"
         ]
-    # the steps' nodes belong to the attempt too (a record read right after the end may list fewer)
-    step_nodes = [n for o in obs if o.kind == "sacct_step" for n in o.attrs.get("nodes") or []]
-    facts["nodes"] = list(dict.fromkeys([*(facts.get("nodes") or []), *step_nodes]))
-    return record_wins(scope, facts, SACCT_FILE)
 
 
 def _host(name: str) -> str:

@@ -256,6 +256,7 @@ def test_a_record_linked_from_outside_the_bundle_is_not_read(bundle, tmp_path):
     sc, _ = scoped(bundle)
     assert sc.scope.state == "TIMEOUT"
     assert sc.notes == [
-        "scheduler/sacct.json could not be read (a link to outside the bundle): the scope is attempt.yaml's, "
+        "scheduler/sacct.json could not be read (a symlink outside the bundle, not read): the scope is "
+        "attempt.yaml's, "
         "unchecked against the scheduler's record"
     ]
