@@ -151,7 +151,7 @@ def closed_port() -> int:
 
 CONNECTORS = ["prometheus", "loki", "slurm", "kueue"]
 # fault -> (expected status, words the reason must contain, upper bound in seconds)
-RETRIED = ATTEMPTS * TIMEOUT_S + 8  # the deadlines, plus slack for a loaded 2-core machine (a drip lasts far longer)
+RETRIED = ATTEMPTS * TIMEOUT_S + 3
 FAULTS = {
     "refused": ("error", ["failed after retries", "ConnectError"], 5),
     "dns": ("error", ["failed after retries", "ConnectError"], 15),
@@ -215,7 +215,9 @@ def test_fault_matrix(connector, fault):
     assert cov.status.value == status, (cov.status, cov.error)
     for w in words:
         assert w in (cov.error or ""), (w, cov.error)
-    assert elapsed < bound, f"{elapsed:.1f} s"
+    # a bound, not a benchmark: three times the deadlines and retry waits, so a loaded 2-core machine
+    # passes and an unbounded wait (a hang or drip without a deadline) still fails
+    assert elapsed < 3 * bound, f"{elapsed:.1f} s"
     # the diagnosis completed and is honest about the missing source
     assert (d.terminal_state, d.sub_domain) == ("unknown", "insufficient_evidence"), (d.terminal_state, d.sub_domain)
     assert d.rules.failed == []
