@@ -12,7 +12,7 @@ log with what it did and how long it took (a task run is three events and a log 
 server for each step of each attempt; on a fleet's storm of failures that is the server's load).
 
 Task parameters are quoted: Prefect would otherwise walk every argument (the rules pack, the
-scope's node list) looking for futures, which cost a third of a run's CPU. Tasks take and return
+scope's node list) looking for futures: ~30% of the worker's CPU samples. Tasks take and return
 small values (paths, models), never DuckDB connections, and cache nothing. The flow's one
 parameter is the Target; everything else (the cluster's scheduler and sources, the warehouse, the
 rules) comes from the configuration of the process that runs it.

@@ -40,13 +40,26 @@ log = logging.getLogger("attribution.worker")
 # How often each run in flight says it is alive (Prefect's flow-run heartbeat event); the deployed
 # automation marks a run Crashed when its heartbeats stop (flows/deployments.py).
 HEARTBEAT_S = float(os.environ.get("ATTRIBUTION_HEARTBEAT_S", "30"))
+# The longest wait between polls of an idle worker (the shortest is --poll): what an idle fleet
+# adds to a new attempt's latency at most.
+IDLE_POLL_S = float(os.environ.get("ATTRIBUTION_IDLE_POLL_S", "1"))
 
 
 class InProcessWorker:
     def __init__(
-        self, pool: str, queues: list[str] | None = None, limit: int = 2, poll_s: float = 1.0, name: str | None = None
+        self,
+        pool: str,
+        queues: list[str] | None = None,
+        limit: int = 2,
+        poll_s: float = 1.0,
+        name: str | None = None,
+        idle_poll_s: float = IDLE_POLL_S,
     ):
         self.pool, self.queues, self.limit, self.poll_s = pool, queues or None, max(1, limit), poll_s
+        # Polls that find nothing wait twice as long each time, up to idle_poll_s: a poll is a write
+        # on the Prefect server (the queue's last poll), which an idle fleet of workers polling every
+        # 0.25 s turns into the server's main load (on SQLite: "database is locked" for the triggers).
+        self.idle_poll_s = max(poll_s, idle_poll_s)
         self.name = name or f"attribution-{socket.gethostname()}-{threading.get_native_id()}"
         self._flows: dict[str, Any] = {}  # entrypoint -> Flow, loaded once: the warmth
         self._entrypoints: dict[str, str] = {}  # deployment id -> entrypoint
@@ -111,12 +124,13 @@ class InProcessWorker:
                 )
                 self._beats[run_id] = now
 
-    def poll_once(self, client, pool: ThreadPoolExecutor) -> int:
+    def poll_once(self, client, pool: ThreadPoolExecutor) -> int | None:
+        """Claim and start what the pool has for the free slots: how many started (None: no slot free, not polled)."""
         self._running = {k: v for k, v in self._running.items() if not v[0].done()}
         self._beats = {k: v for k, v in self._beats.items() if k in self._running}
         free = self.limit - len(self._running)
         if free <= 0:
-            return 0
+            return None
         responses = client.get_scheduled_flow_runs_for_work_pool(
             work_pool_name=self.pool,
             work_queue_names=self.queues,
@@ -149,18 +163,19 @@ class InProcessWorker:
             get_client(sync_client=True) as client,
             ThreadPoolExecutor(max_workers=self.limit, thread_name_prefix="flow-run", initializer=_warm_thread) as pool,
         ):
-            last_beat = 0.0
+            last_beat, wait = 0.0, self.poll_s
             while not self.stop.is_set():
                 now = time.monotonic()
                 try:
                     if now - last_beat > 15:
                         client.send_worker_heartbeat(self.pool, self.name, heartbeat_interval_seconds=15)
                         last_beat = now
-                    self.poll_once(client, pool)
+                    started = self.poll_once(client, pool)
+                    wait = min(self.idle_poll_s, wait * 2) if started == 0 else self.poll_s
                     self.heartbeat()
                 except Exception as exc:  # the server restarting must not end the worker
                     log.warning("polling %s failed: %s", self.pool, str(exc).splitlines()[0] if str(exc) else exc)
-                self.stop.wait(self.poll_s)
+                self.stop.wait(wait)
             for fut, _ in list(self._running.values()):
                 fut.result()
 

@@ -19,13 +19,15 @@ cloned under new names). Then:
   storm     -n attempts each sent --copies times as signed POST /v1/webhooks/kubernetes, shuffled,
             --concurrency in flight (the scheduler's retries and forwarders' repeats are the copies)
 
-and waits until the warehouse (GET /v1/diagnoses) has every storm attempt. It reads each attempt's
-flow run back from Prefect (created, started, ended: ended is after the diagnosis was written) and
+and waits until every run has ended (Prefect's count, once a second), then checks that the warehouse
+(GET /v1/diagnoses) has every storm attempt. It reads each attempt's flow run back from Prefect
+(created, started, ended: ended is after the diagnosis was written) and
 prints, per setup: attempts/h (storm attempts over first webhook -> last diagnosis), p50 / p90 of
 webhook -> diagnosis in the storm and when idle, runs per idempotency key and runs done twice
 (two workers: none may be), the workers' Prefect API calls per attempt (REST calls by route and
 events, counted in the workers by tests/bench/apicount.py), the server's requests per attempt
-and "database is locked" lines (from its access log), CPU seconds by process, and the load average.
+from every client (workers, serve's run creations, this bench's count once a second) and its
+"database is locked" lines (from its access log), CPU seconds by process, and the load average.
 A markdown table of all setups ends the output (README, "How fast").
 """
 
@@ -273,6 +275,34 @@ def wait_diagnosed(url: str, names: set[str], timeout_s: float, every_s: float =
         time.sleep(every_s)
 
 
+def wait_final(stack: Stack, want: int, timeout_s: float) -> int:
+    """Wait until `want` runs of the attempt deployment have ended (a run ends after its diagnosis is
+    written); the count. Asks Prefect (one count a second): reading the warehouse through serve every
+    second would load serve and the warehouse under the storm being measured."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterId,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    final = [StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED]
+    deadline = time.monotonic() + timeout_s
+    with stack.client_settings(), get_client(sync_client=True) as client:
+        dep = client.read_deployment_by_name("attribute-attempt/attempt")
+        while True:
+            n = client.count_flow_runs(
+                deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id])),
+                flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=final))),
+            )
+            if n >= want or time.monotonic() > deadline:
+                return n
+            time.sleep(1.0)
+
+
 def flow_runs(stack: Stack) -> list:
     """Every flow run of the attempt deployment, as Prefect has them."""
     from prefect.client.orchestration import get_client
@@ -410,7 +440,8 @@ def run_setup(setup: Setup, a: argparse.Namespace, run: int, pg, kube, template:
                 stderr=subprocess.DEVNULL,
             )
         first, answers = asyncio.run(fire(stack.url, calls, a.concurrency))
-        got = wait_diagnosed(stack.url, set(storm), 120 + 20 * a.n, every_s=3.0)  # light: latency is Prefect's end
+        wait_final(stack, len(warm) + len(idle) + len(storm), 120 + 20 * a.n)
+        got = wait_diagnosed(stack.url, set(storm), 60)  # and the warehouse has every one
         if spy:
             spy.send_signal(signal.SIGINT)
             spy.wait(60)
