@@ -347,12 +347,19 @@ STORM = textwrap.dedent(
     import httpx
 
     async def main(url, n, seconds):
-        took = []
+        took, dropped = [], []
         async def scraper(client):
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 t = time.monotonic()
-                r = await client.get(url)
+                try:
+                    r = await client.get(url)
+                except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
+                    # a kept-alive connection the server closed as this request went out (RFC 9112
+                    # 9.3.1: a client retries an idempotent request on a new one; Go's and so
+                    # Prometheus's client does, httpx does not): counted, then retried
+                    dropped.append(type(exc).__name__)
+                    continue
                 r.raise_for_status()
                 took.append(time.monotonic() - t)
         async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=n)) as client:
@@ -360,7 +367,8 @@ STORM = textwrap.dedent(
             print("go", flush=True)
             await asyncio.gather(*[scraper(client) for _ in range(n)])
         took.sort()
-        print(json.dumps({"scrapes": len(took), "p50": took[len(took) // 2], "p99": took[int(len(took) * 0.99)]}))
+        print(json.dumps({"scrapes": len(took), "p50": took[len(took) // 2], "p99": took[int(len(took) * 0.99)],
+                          "dropped": dropped}))
 
     asyncio.run(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3])))
     """
@@ -376,6 +384,8 @@ def test_a_metrics_scrape_storm_opens_the_warehouse_once_per_snapshot(servers):
     server, d = servers["bounded"], servers["diagnosis"]
     wh = Warehouse(servers["base"] / "bounded.duckdb", lock_wait_s=30)
     before = server.metric("attribution_diagnoses_snapshots_total")
+    reasons = ("shed", "refused", "header_timeout", "body_timeout")
+    closed_before = {r: server.metric(f'attribution_connections_closed_total{{reason="{r}"}}') for r in reasons}
     since = time.monotonic()
 
     def writes(n: int) -> list[float]:
@@ -403,7 +413,20 @@ def test_a_metrics_scrape_storm_opens_the_warehouse_once_per_snapshot(servers):
         f"writes p50 {quiet[2] * 1000:.0f} ms quiet, {busy[2] * 1000:.0f} ms in the storm "
         f"(max {busy[-1] * 1000:.0f} ms)"
     )
+    closed = {
+        r: server.metric(f'attribution_connections_closed_total{{reason="{r}"}}') - closed_before[r] for r in reasons
+    }
+    print(f"connections the client saw closed under a request: {scrapes['dropped']}; closed by the bounds: {closed}")
     assert scrapes["scrapes"] >= 32  # every scraper got answers
+    # no storm connection is shed or refused (32 < max_connections) ...
+    assert closed["shed"] == closed["refused"] == 0, closed
+    # ... a client too starved to send its head within header_timeout_s (2 s here) on a loaded host
+    # is closed by that bound, and a kept-alive connection closed as a request goes out (the
+    # keep-alive race) stays rare: every request the client lost is one of those
+    assert len(scrapes["dropped"]) <= closed["header_timeout"] + max(2, scrapes["scrapes"] // 50), (
+        scrapes["dropped"],
+        closed,
+    )
     # what makes a scrape cheap, counted not timed: the storm's scrapes read the warehouse at most
     # once per snapshot period (the writer's times above are figures, printed; a shared machine's
     # timing is no assertion)
