@@ -9,12 +9,15 @@ noise (training steps, NCCL INFO, kernel and systemd chatter) up to the line cou
 same files, warm in the page cache:
 
   cat      cat every log file > /dev/null                    (the raw read)
-  grep     one `grep -E` pass with the rules' literal pre-filter patterns (what the rules look for)
+  grep -F  one `grep -F -c -f` pass with the rules' pre-filter literals (what the rules look for:
+           the floor)
+  grep -E  the same literals as one `grep -E` alternation      (a slower floor, for comparison)
   inline   `attribution diagnose --inline --no-warehouse`     (wall and peak RSS of the process)
   phases   the same steps timed one by one in a fresh process (scope, collect, store, rules, report)
 
-and prints, per scale, lines/s, the ratio inline/grep, the marginal cost (inline at this scale
-minus inline on a tiny attempt) over grep, and peak RSS; every row goes to the CSV too.
+and prints, per scale, lines/s, the ratio inline/grep -F, the marginal cost (inline at this scale
+minus inline on a tiny attempt) over grep -F and over grep -E, peak RSS and the load average
+before the scale's runs (this is a shared machine); every row goes to the CSV too.
 """
 
 from __future__ import annotations
@@ -112,13 +115,17 @@ def make_attempt(out: Path, hosts: int, lines: int, seed: int = 1) -> dict:
     }
 
 
-def patterns() -> list[str]:
+def literals() -> list[str]:
     """The literals the rules' pre-filter keeps, for every text source: what grep must look for."""
     from workload_attribution.rules.pack import default_pack
 
     pack = default_pack()
-    lits = sorted({lit for src in ("app", "syslog", "fabricmanager") for lit in pack.prefilter(src)})
-    return [re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", lit) for lit in lits]
+    return sorted({lit for src in ("app", "syslog", "fabricmanager") for lit in pack.prefilter(src) if lit})
+
+
+def patterns() -> list[str]:
+    """The same literals as extended regular expressions (for grep -E)."""
+    return [re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", lit) for lit in literals()]
 
 
 def run_timed(cmd: list[str], env: dict | None = None, stdout=subprocess.DEVNULL) -> tuple[float, int, str]:
@@ -186,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     base = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="attribution-bench-"))
     base.mkdir(parents=True, exist_ok=True)
+    lit = base / "literals.txt"
+    lit.write_text("\n".join(literals()) + "\n")
     pat = base / "patterns.txt"
     pat.write_text("\n".join(patterns()) + "\n")
     py = sys.executable
@@ -211,8 +220,12 @@ def main(argv: list[str] | None = None) -> int:
         gen_s = time.perf_counter() - t0
         files = info["files"]
         run_timed(["cat", *files], env)  # into the page cache
+        load = os.getloadavg()
         (cat_s, cat_rss, _), _ = best(a.repeat, lambda files=files: run_timed(["cat", *files], env))
         (grep_s, grep_rss, _), _ = best(
+            a.repeat, lambda files=files: run_timed(["grep", "-F", "-c", "-f", str(lit), *files], env)
+        )
+        (grepe_s, _, _), _ = best(
             a.repeat, lambda files=files: run_timed(["grep", "-E", "-c", "-f", str(pat), *files], env)
         )
         (inl_s, inl_rss, out), _ = best(a.repeat, lambda d=d: run_timed(diagnose(d), env, None))
@@ -230,35 +243,41 @@ def main(argv: list[str] | None = None) -> int:
             "lines": info["lines"],
             "mib": round(info["bytes"] / 2**20, 1),
             "cat_s": round(cat_s, 3),
-            "grep_s": round(grep_s, 3),
+            "grep_f_s": round(grep_s, 3),
+            "grep_e_s": round(grepe_s, 3),
             "inline_s": round(inl_s, 3),
-            "inline_vs_grep": round(inl_s / grep_s, 2),
-            "marginal_vs_grep": round(marginal / grep_s, 2),
+            "tiny_s": round(tiny_wall, 3),
+            "inline_vs_grep_f": round(inl_s / grep_s, 2),
+            "marginal_vs_grep_f": round(marginal / grep_s, 2),
+            "marginal_vs_grep_e": round(marginal / grepe_s, 2),
             "lines_per_s": int(info["lines"] / inl_s),
             "inline_rss_mib": inl_rss,
             "grep_rss_mib": grep_rss,
             "correct": ok,
+            "load_avg_1m": round(load[0], 2),
             **{f"phase_{k}_s": round(v, 3) for k, v in ph.items()},
             "generate_s": round(gen_s, 1),
         }
         rows.append(row)
         print(f"\n== {hosts} hosts, {info['lines']:,} lines, {row['mib']} MiB ==")
         print(
-            f"  cat {cat_s:7.2f} s   grep -E {grep_s:7.2f} s ({grep_rss} MiB)   --inline {inl_s:7.2f} s ({inl_rss} MiB)"
-            f"   {row['lines_per_s']:,} lines/s   correct={ok}"
+            f"  cat {cat_s:.2f} s   grep -F {grep_s:.2f} s ({grep_rss} MiB)   grep -E {grepe_s:.2f} s   "
+            f"--inline {inl_s:.2f} s ({inl_rss} MiB)   {row['lines_per_s']:,} lines/s   correct={ok}"
         )
         print(
-            f"  inline/grep {row['inline_vs_grep']:.2f}x   marginal (minus tiny {tiny_wall:.2f} s)/grep "
-            f"{row['marginal_vs_grep']:.2f}x"
+            f"  inline/grep-F {row['inline_vs_grep_f']:.2f}x   marginal (minus tiny {tiny_wall:.2f} s): "
+            f"{marginal:.2f} s = {row['marginal_vs_grep_f']:.2f}x grep-F, {row['marginal_vs_grep_e']:.2f}x grep-E   "
+            f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
         )
         print("  phases: " + "  ".join(f"{k} {v:.2f}s" for k, v in ph.items()))
-    new = not Path(a.csv).exists()
+    fields = list(rows[0]) + ["when"]
+    header = Path(a.csv).read_text().partition("\n")[0] if Path(a.csv).exists() else None
     with open(a.csv, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]) + ["tiny_inline_s", "when"])
-        if new:
+        w = csv.DictWriter(f, fieldnames=fields)
+        if header != ",".join(fields):  # a new file, or one an older bench wrote with other columns
             w.writeheader()
         for r in rows:
-            w.writerow({**r, "tiny_inline_s": round(tiny_wall, 3), "when": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            w.writerow({**r, "when": time.strftime("%Y-%m-%dT%H:%M:%S")})
     print(f"\nrows appended to {a.csv}")
     if not a.keep:
         shutil.rmtree(base, ignore_errors=True)
