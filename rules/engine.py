@@ -11,7 +11,9 @@ pack still runs; the diagnosis lists the failed rules.
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -104,8 +106,72 @@ class _NoRows(Exception):
     """A Python rule found nothing: nothing to apply."""
 
 
+@lru_cache(maxsize=1)
+def _engine_sql() -> str:
+    return ENGINE_SQL.read_text()
+
+
+# A pack's CSV as a table, read from the file once per process (while the file is unchanged): each
+# attempt then loads it from JSON, about a third of read_csv's cost (its sniffer and reader are
+# set up for a file of any size). Kept only when the JSON round trip gives the same table.
+_CSV_TABLES: dict[tuple[str, str], tuple[tuple[int, int], str, str, str] | None] = {}
+_CSV_LOCK = threading.Lock()
+
+
+def _load_csv(con: duckdb.DuckDBPyConnection, table: str, path: Path, all_varchar: bool) -> None:
+    read = f"SELECT * FROM read_csv('{path}', header=true, all_varchar={str(all_varchar).lower()})"
+    key = (str(path), read)
+    try:
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    cached = _CSV_TABLES.get(key)
+    if stamp is not None and cached is not None and cached[0] == stamp:
+        _, columns, shape, payload = cached
+        con.execute(
+            f"CREATE OR REPLACE TABLE {table} AS SELECT {columns} FROM "
+            "(SELECT unnest(from_json($p::JSON, $shape), recursive := true))",
+            {"p": payload, "shape": shape},
+        )
+        return
+    con.execute(f"CREATE OR REPLACE TABLE {table} AS {read}")
+    if stamp is None:
+        return
+    with _CSV_LOCK:
+        _CSV_TABLES[key] = _as_json(con, table, stamp)
+
+
+def _as_json(con: duckdb.DuckDBPyConnection, table: str, stamp: tuple[int, int]) -> tuple[Any, ...] | None:
+    """The table as (stamp, columns, from_json shape, JSON rows), if that gives back the same table."""
+    described = con.execute(f"DESCRIBE {table}").fetchall()
+    names = [d[0] for d in described]
+    if len(set(names)) != len(names) or any(not isinstance(n, str) for n in names):
+        return None
+    rows = con.execute(f"SELECT * FROM {table}").fetchall()
+    shape = json.dumps([{d[0]: d[1] for d in described}])
+    columns = ", ".join('"' + n.replace('"', '""') + '"' for n in names)
+    try:
+        payload = json.dumps([dict(zip(names, r)) for r in rows])
+        same = con.execute(
+            f"SELECT {columns} FROM (SELECT unnest(from_json($p::JSON, $shape), recursive := true))",
+            {"p": payload, "shape": shape},
+        )
+        if same.fetchall() != rows or [d[0] for d in same.description] != names:
+            return None
+        again = con.execute(
+            f"DESCRIBE SELECT {columns} FROM (SELECT unnest(from_json($p::JSON, $shape), recursive := true))",
+            {"p": "[]", "shape": shape},
+        ).fetchall()
+    except (TypeError, ValueError, duckdb.Error):
+        return None
+    if [(d[0], d[1]) for d in again] != [(d[0], d[1]) for d in described]:
+        return None
+    return stamp, columns, shape, payload
+
+
 def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> None:
-    con.execute(ENGINE_SQL.read_text())
+    con.execute(_engine_sql())
     con.execute("DELETE FROM settings")
     con.execute(
         "INSERT INTO settings VALUES (?, ?, ?, ?)",
@@ -119,14 +185,8 @@ def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> N
     locked = con.execute("SELECT current_setting('lock_configuration')").fetchone()
     if not (locked and locked[0]):  # the first time: load the pack's data, then lock the database
         data = Path(pack.path) / "data" if pack.path else DATA_DIR
-        con.execute(
-            f"CREATE OR REPLACE TABLE xid_catalog AS "
-            f"SELECT * FROM read_csv('{data / 'xid_catalog.csv'}', header=true, all_varchar=false)"
-        )
-        con.execute(
-            f"CREATE OR REPLACE TABLE nvlink5_decode AS "
-            f"SELECT * FROM read_csv('{data / 'nvlink5_decode.csv'}', header=true, all_varchar=true)"
-        )
+        _load_csv(con, "xid_catalog", data / "xid_catalog.csv", all_varchar=False)
+        _load_csv(con, "nvlink5_decode", data / "nvlink5_decode.csv", all_varchar=True)
         lock_down(con)
     defs = pack.symptom_defs
     con.execute("DELETE FROM symptom_defs")
@@ -195,12 +255,12 @@ def single_select(sql: str) -> None:
         raise RuleRuntimeError(f"a rule's SQL is one SELECT, not {len(statements)} statement(s): {kinds}")
 
 
-def _rule_output(con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, settings: Settings) -> None:
-    """Materialise the rule's result as temp table rule_out."""
+def _rule_output(con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, settings: Settings) -> int:
+    """Materialise the rule's result as temp table rule_out; returns its number of rows."""
     if rule.sql:
         single_select(rule.sql)
-        con.execute(f"CREATE OR REPLACE TEMP TABLE rule_out AS {rule.sql}")
-        return
+        row = con.execute(f"CREATE OR REPLACE TEMP TABLE rule_out AS {rule.sql}").fetchone()
+        return row[0] if row else 0
     assert rule.python is not None  # a rule has sql or python (the model checks)
     func = python_rule(pack, rule.python)
     rows: list[dict[str, Any]] = func(con, settings) or []
@@ -212,6 +272,24 @@ def _rule_output(con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, setting
         "CREATE TEMP TABLE rule_out AS SELECT unnest(from_json($p::JSON, $shape), recursive := true)",
         {"p": payload, "shape": json.dumps([_json_shape(rows)])},
     )
+    return len(rows)
+
+
+# A SQL rule's output columns are bound from its text against the staging schema, the same for
+# every attempt: asked of DuckDB once per process, not once per rule and attempt.
+_COLUMNS: dict[tuple[str, str], list[str]] = {}
+
+
+def _columns(con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule) -> list[str]:
+    key = (pack.version, rule.sql or "")
+    cols = _COLUMNS.get(key) if rule.sql else None
+    if cols is None:
+        cols = [d[0] for d in con.execute("SELECT * FROM rule_out LIMIT 0").description]
+        if rule.sql:
+            if len(_COLUMNS) > 4096:  # packs come and go in a long-lived process
+                _COLUMNS.clear()
+            _COLUMNS[key] = cols
+    return cols
 
 
 def _json_shape(rows: list[dict[str, Any]]) -> dict[str, str]:
@@ -281,31 +359,34 @@ _VOCABULARY_CHECKS: dict[str, list[tuple[str, type[Vocabulary]]]] = {
 
 
 def _check_words(con: duckdb.DuckDBPyConnection, rule: Rule, cols: list[str]) -> None:
-    for col, words in _VOCABULARY_CHECKS.get(rule.output, []):
-        if col not in cols:
-            continue
-        bad = con.execute(
-            f"SELECT DISTINCT {col} FROM rule_out WHERE {col} IS NOT NULL AND NOT list_contains(?, {col}) LIMIT 3",
-            [words.values()],
-        ).fetchall()
+    # every column's words in one statement (each statement costs its planning, ~0.3 ms)
+    checks = [(col, words) for col, words in _VOCABULARY_CHECKS.get(rule.output, []) if col in cols]
+    pairs = rule.output == "verdicts"
+    if not checks and not pairs:
+        return
+    select = [
+        f"list(DISTINCT {col}) FILTER (WHERE {col} IS NOT NULL AND NOT list_contains($w{i}, {col}))"
+        for i, (col, _) in enumerate(checks)
+    ]
+    if pairs:
+        select.append("list(DISTINCT [terminal_state, sub_domain])")
+    found = con.execute(
+        f"SELECT {', '.join(select)} FROM rule_out", {f"w{i}": words.values() for i, (_, words) in enumerate(checks)}
+    ).fetchone()
+    assert found is not None  # an aggregate gives one row
+    for (col, words), bad in zip(checks, found):
         if bad:
-            raise RuleRuntimeError(f"{col} {bad[0][0]!r} is not a {col} word (allowed: {', '.join(words.values())})")
-    if rule.output == "verdicts":
-        for ts, sd in con.execute("SELECT DISTINCT terminal_state, sub_domain FROM rule_out").fetchall():
+            raise RuleRuntimeError(f"{col} {bad[0]!r} is not a {col} word (allowed: {', '.join(words.values())})")
+    if pairs:
+        for ts, sd in found[-1] or []:
             try:
                 check_pair(ts, sd)
             except ValueError as exc:
                 raise RuleRuntimeError(str(exc)) from None
 
 
-def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
-    cur = con.execute("SELECT count(*) OVER () AS n, * FROM rule_out LIMIT 1")
-    cols = [d[0] for d in cur.description][1:]
-    row = cur.fetchone()
-    n = row[0] if row else 0
-    check_columns(rule, cols)
-    if n == 0:  # most rules find nothing in most attempts: nothing to apply
-        return 0
+def _apply(con: duckdb.DuckDBPyConnection, rule: Rule, n: int, cols: list[str]) -> int:
+    """Apply rule_out's n rows (columns cols, checked) to the attempt's tables."""
     if rule.output in ("verdicts", "actions") and n > 1:
         raise RuleRuntimeError(f"{rule.output} output has {n} rows: a {rule.output} rule gives at most one")
     _check_words(con, rule, cols)
@@ -377,27 +458,126 @@ def _apply(con: duckdb.DuckDBPyConnection, rule: Rule) -> int:
     return n
 
 
-def run_rule(con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, settings: Settings, result: RunResult) -> None:
+class _Watchdog:
+    """Interrupts a connection whose rule runs past its deadline. One thread for the process, not a
+    timer thread per rule: starting and stopping a thread cost about a millisecond, 46 times a
+    diagnosis. A rule disarmed before its deadline is never interrupted."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._armed: dict[int, tuple[float, duckdb.DuckDBPyConnection]] = {}
+        self._tokens = itertools.count()
+        self._wakes_at: float | None = None  # when the thread looks next (None: when armed)
+        self._thread: threading.Thread | None = None
+
+    def arm(self, con: duckdb.DuckDBPyConnection, seconds: float) -> int:
+        deadline = time.monotonic() + seconds
+        with self._cond:
+            token = next(self._tokens)
+            self._armed[token] = (deadline, con)
+            if self._thread is None or not self._thread.is_alive():  # the first rule, or a forked child
+                self._thread = threading.Thread(target=self._watch, name="rule-watchdog", daemon=True)
+                self._wakes_at = None
+                self._thread.start()
+            elif self._wakes_at is None or deadline < self._wakes_at:
+                self._cond.notify()
+        return token
+
+    def disarm(self, token: int) -> None:
+        with self._cond:
+            self._armed.pop(token, None)
+
+    def _watch(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                for token, (deadline, con) in list(self._armed.items()):
+                    if deadline <= now:
+                        del self._armed[token]
+                        try:
+                            con.interrupt()
+                        except Exception:  # closed meanwhile: nothing left to interrupt
+                            pass
+                self._wakes_at = min((d for d, _ in self._armed.values()), default=None)
+                self._cond.wait(None if self._wakes_at is None else self._wakes_at - now)
+
+
+_WATCHDOG = _Watchdog()
+
+
+class _Snapshots:
+    """The engine's views that final-phase rules read several times each (root_candidates over
+    failure_window over events and every observation): DuckDB binds and plans a view wherever a
+    query names it, which cost those rules 2-3 times their own planning. While events do not
+    change, a view's rows do not either: a rule naming one reads it from a temp table of the same
+    name (temp comes first in DuckDB's search path), made when first named and dropped as soon as
+    anything may have changed events."""
+
+    VIEWS = ("failure_window", "root_candidates")  # in dependency order
+
+    def __init__(self) -> None:
+        self.made: list[str] = []
+
+    def before(self, con: duckdb.DuckDBPyConnection, rule: Rule) -> None:
+        for view in _views_named(rule.sql or ""):
+            if view not in self.made:
+                con.execute(f"CREATE TEMP TABLE {view} AS SELECT * FROM {view}")
+                self.made.append(view)
+
+    def drop(self, con: duckdb.DuckDBPyConnection) -> None:
+        if self.made:
+            con.execute("; ".join(f"DROP TABLE IF EXISTS temp.main.{view}" for view in self.made))
+            self.made = []
+
+
+@lru_cache(maxsize=1024)
+def _views_named(sql: str) -> tuple[str, ...]:
+    return tuple(v for v in _Snapshots.VIEWS if re.search(rf"\b{v}\b", sql, re.IGNORECASE))
+
+
+def run_rule(
+    con: duckdb.DuckDBPyConnection,
+    pack: Pack,
+    rule: Rule,
+    settings: Settings,
+    result: RunResult,
+    snapshots: _Snapshots | None = None,
+) -> None:
     started = time.perf_counter()
     # A runaway query is interrupted (DuckDB checks between vectors); a Python rule's own loops
     # cannot be, only the SQL it runs.
-    timer = threading.Timer(settings.rule_timeout_s, con.interrupt)
-    timer.daemon = True
-    timer.start()
+    token = _WATCHDOG.arm(con, settings.rule_timeout_s)
+    changed = True  # whether events may have changed (snapshots of the views are then dropped)
     try:
-        con.execute("BEGIN TRANSACTION")
-        try:
-            _rule_output(con, pack, rule, settings)
-            n = _apply(con, rule)
-        except _NoRows:
-            n = 0
-        con.execute("COMMIT")
+        if rule.sql:
+            if snapshots is not None:
+                snapshots.before(con, rule)
+            # most rules find nothing in most attempts: their output, its columns checked, and done;
+            # the transaction is for applying what a rule found, all or nothing
+            n = _rule_output(con, pack, rule, settings)
+            cols = _columns(con, pack, rule)
+            check_columns(rule, cols)
+            changed = bool(n) and rule.output in ("events", "annotations", "roles")
+            if n:
+                con.execute("BEGIN TRANSACTION")
+                _apply(con, rule, n, cols)
+                con.execute("COMMIT")
+        else:  # a Python rule is handed the connection: all of it in the transaction
+            con.execute("BEGIN TRANSACTION")
+            try:
+                n = _rule_output(con, pack, rule, settings)
+                cols = _columns(con, pack, rule)
+                check_columns(rule, cols)
+                _apply(con, rule, n, cols)
+            except _NoRows:
+                n = 0
+            con.execute("COMMIT")
         if n:
             result.fired.append(rule.id)
     except Exception as exc:  # one broken rule never stops the diagnosis
         try:
             con.execute("ROLLBACK")
-        except duckdb.Error:
+        except duckdb.Error:  # none open: the rule failed before applying anything
             pass
         timed_out = isinstance(exc, duckdb.InterruptException) or "INTERRUPT" in str(exc).upper()
         error = (
@@ -409,7 +589,9 @@ def run_rule(con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, settings: S
         )
         result.failed.append({"rule": rule.id, "error": error})
     finally:
-        timer.cancel()
+        _WATCHDOG.disarm(token)
+        if changed and snapshots is not None:
+            snapshots.drop(con)
         result.timings_ms[rule.id] = round((time.perf_counter() - started) * 1000, 2)
 
 
@@ -453,19 +635,24 @@ def run_phases(
     result = RunResult(failed=list(pack.broken))
     if not prepared:
         prepare(con, pack, settings)
-    for rule in pack.by_phase("extract"):
-        run_rule(con, pack, rule, settings, result)
-    renumber_events(con)
-    for rule in pack.by_phase("early"):
-        run_rule(con, pack, rule, settings, result)
-    final = pack.by_phase("final")
-    for rule in (r for r in final if r.output == "verdicts"):
-        run_rule(con, pack, rule, settings, result)
-    choose_verdict(con, pack)
-    for rule in (r for r in final if r.output not in ("verdicts", "actions")):
-        run_rule(con, pack, rule, settings, result)
-    for rule in (r for r in final if r.output == "actions"):
-        run_rule(con, pack, rule, settings, result)
-    for rule in pack.by_phase("report"):
-        run_rule(con, pack, rule, settings, result)
+    snapshots = _Snapshots()
+    try:
+        for rule in pack.by_phase("extract"):
+            run_rule(con, pack, rule, settings, result, snapshots)
+        snapshots.drop(con)
+        renumber_events(con)
+        for rule in pack.by_phase("early"):
+            run_rule(con, pack, rule, settings, result, snapshots)
+        final = pack.by_phase("final")
+        for rule in (r for r in final if r.output == "verdicts"):
+            run_rule(con, pack, rule, settings, result, snapshots)
+        choose_verdict(con, pack)
+        for rule in (r for r in final if r.output not in ("verdicts", "actions")):
+            run_rule(con, pack, rule, settings, result, snapshots)
+        for rule in (r for r in final if r.output == "actions"):
+            run_rule(con, pack, rule, settings, result, snapshots)
+        for rule in pack.by_phase("report"):
+            run_rule(con, pack, rule, settings, result, snapshots)
+    finally:  # what reads the views after the rules (the report, a test) reads them live
+        snapshots.drop(con)
     return result
