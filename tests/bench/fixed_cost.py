@@ -1,0 +1,125 @@
+"""What a tiny attempt costs: the fixed cost of a diagnosis, fresh and warm.
+
+    python -m tests.bench.fixed_cost [-n 7] [--rounds 3] [--example DIR]
+
+Prints, with the load average before and after (this machine is shared: a number measured under
+load is the load's as much as ours):
+
+- `attribution --version` as a new process (wall, median of n);
+- importing what `diagnose --inline` imports, in a new process (median of n);
+- `attribution diagnose DIR --inline --no-warehouse --json` as a new process (wall, median of n);
+- a diagnosis in a warm process (the inline story, as a batch `diagnose`, the worker, the backfill
+  and POST /v1/diagnose run it): every bundle of tests/regression, `--rounds` times, median and p90.
+
+New processes run twice: as this environment runs them (PYTHONDONTWRITEBYTECODE=1 compiles every
+module of the project at each start), and with a bytecode cache (a private PYTHONPYCACHEPREFIX,
+warmed first), as an installed wheel runs. Targets (issue 19): under 1 s fresh, under 0.5 s warm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "tests" / "examples" / "xid149-worked"
+REGRESSION = ROOT / "tests" / "regression"
+FRESH_TARGET_S, WARM_TARGET_S = 1.0, 0.5
+IMPORTS = "workload_attribution.cli, workload_attribution.cli.diagnose, workload_attribution.flows.inline"
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def wall(cmd: list[str], env: dict[str, str], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        subprocess.run(cmd, env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def import_time(env: dict[str, str], n: int) -> list[float]:
+    code = f"import time; t = time.perf_counter(); import {IMPORTS}; print(time.perf_counter() - t)"
+    return [
+        float(subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout)
+        for _ in range(n)
+    ]
+
+
+def med(values: list[float]) -> str:
+    return f"median {statistics.median(values):.3f} s (min {min(values):.3f}, max {max(values):.3f})"
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def warm(rounds: int) -> tuple[list[float], int]:
+    from workload_attribution.contracts.identity import Target
+    from workload_attribution.flows.config import load_config
+    from workload_attribution.flows.inline import attribute_inline
+    from workload_attribution.flows.pipeline import load_rules, resolve
+
+    cfg = load_config().model_copy(update={"warehouse": ""})
+    pack = load_rules(None)
+    bundles = sorted(p for p in REGRESSION.iterdir() if (p / "attempt.yaml").is_file())
+    for b in bundles:  # the first diagnosis of a process pays for what later ones reuse
+        attribute_inline(*resolve(cfg, Target(bundle=str(b)), pack))
+    times = []
+    for _ in range(rounds):
+        for b in bundles:
+            t = time.perf_counter()
+            attribute_inline(*resolve(cfg, Target(bundle=str(b)), pack))
+            times.append(time.perf_counter() - t)
+    return times, len(bundles)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", type=int, default=7, help="new processes per measurement (default 7)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds over tests/regression, warm (default 3)")
+    ap.add_argument("--example", type=Path, default=EXAMPLE, help="the tiny attempt (default: the worked example)")
+    a = ap.parse_args(argv)
+    attribution = Path(sys.executable).parent / "attribution"
+    if not attribution.exists():
+        raise SystemExit(f"{attribution} not found: install the project into this interpreter's venv first")
+    print(f"fixed cost of a tiny attempt, {os.cpu_count()} cores, {load()}")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "ATTRIBUTION_"))}
+    diagnose = [str(attribution), "diagnose", str(a.example), "--inline", "--no-warehouse", "--json"]
+    with tempfile.TemporaryDirectory(prefix="fixed-cost-") as tmp:
+        cached = {**base, "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache")}
+        cached.pop("PYTHONDONTWRITEBYTECODE", None)
+        wall(diagnose, cached, 1)  # writes the cache
+        modes = [("bytecode cached (as installed)", cached)]
+        if base.get("PYTHONDONTWRITEBYTECODE"):
+            modes.insert(0, ("no bytecode cache (PYTHONDONTWRITEBYTECODE)", base))
+        for label, env in modes:
+            print(f"  new process, {label}:")
+            print(f"    attribution --version                  {med(wall([str(attribution), '--version'], env, a.n))}")
+            print(f"    import (cli, diagnose, flows.inline)   {med(import_time(env, a.n))}")
+            fresh = wall(diagnose, env, a.n)
+            verdict = "met" if statistics.median(fresh) < FRESH_TARGET_S else "NOT met"
+            print(f"    diagnose {a.example.name} --inline   {med(fresh)}  target < {FRESH_TARGET_S:g} s: {verdict}")
+    times, bundles = warm(a.rounds)
+    verdict = "met" if statistics.median(times) < WARM_TARGET_S else "NOT met"
+    print(
+        f"  warm process, {len(times)} attempts ({bundles} bundles of tests/regression x {a.rounds}): "
+        f"median {statistics.median(times):.3f} s, p90 {pct(times, 0.9):.3f} s, min {min(times):.3f} s  "
+        f"target < {WARM_TARGET_S:g} s: {verdict}"
+    )
+    print(f"  {load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
