@@ -1,13 +1,18 @@
 """Test settings. Prefect is configured before anything imports it: a private, reused PREFECT_HOME
 (migrated once, gitignored), no telemetry, a generous ephemeral-server start-up timeout."""
 
+import atexit
 import os
 import pathlib
+import shutil
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Nothing a test runs may touch the user's home: state, data and caches live in this run's directory.
 RUN_DIR = pathlib.Path(tempfile.mkdtemp(prefix="attribution-tests-"))
+# one per test process (the controller and each xdist worker): gone when that process ends, so
+# runs on a shared host leave nothing behind
+atexit.register(shutil.rmtree, RUN_DIR, ignore_errors=True)
 for var in ("XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"):
     os.environ[var] = str(RUN_DIR / var.lower())
 os.environ.pop("ATTRIBUTION_CONFIG", None)
