@@ -8,17 +8,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from workload_attribution.connectors.clusters import ClusterConfig
-from workload_attribution.connectors.registry import Collected
 from workload_attribution.contracts.errors import BadInput, NotStored, first_line
-from workload_attribution.contracts.identity import Target
-from workload_attribution.contracts.models import Coverage, Diagnosis
-from workload_attribution.flows.config import Config
-from workload_attribution.rules.engine import Settings
 from workload_attribution.rules.pack import Pack, RuleFileError, default_pack, load_pack
-from workload_attribution.tasks import steps
+
+# What the story runs (the steps: DuckDB, every connector, the configuration's models) is imported
+# when it runs: `attribution --version` needs only the pack, and pays for nothing else.
+if TYPE_CHECKING:
+    from workload_attribution.connectors.clusters import ClusterConfig
+    from workload_attribution.connectors.registry import Collected
+    from workload_attribution.contracts.identity import Target
+    from workload_attribution.contracts.models import Coverage, Diagnosis
+    from workload_attribution.flows.config import Config
+    from workload_attribution.rules.engine import Settings
+    from workload_attribution.tasks import steps
 
 # Delays between retries of a source's collection (transient errors only), for both runners.
 RETRY_DELAYS_S = (0.5, 2.0, 5.0)
@@ -45,9 +49,15 @@ class Options:
     """What a diagnosis runs with besides its target, resolved from the configuration."""
 
     pack: Pack
-    settings: Settings = field(default_factory=Settings)
+    settings: Settings = field(default_factory=lambda: _settings())
     cluster: ClusterConfig | None = None  # the target's cluster (None for a bundle)
     warehouse: str | None = None  # None: not stored
+
+
+def _settings() -> Settings:
+    from workload_attribution.rules.engine import Settings
+
+    return Settings()
 
 
 def load_rules(rules_dir: str | Path | None) -> Pack:
@@ -77,6 +87,8 @@ def resolve(cfg: Config, target: Target, pack: Pack | None = None, store: bool =
 
 
 def attribute_story(run: Runner, target: Target, options: Options) -> Diagnosis:
+    from workload_attribution.tasks import steps
+
     scoped = run.scope(target, options.cluster)
     try:
         futures = {source: run.collect(scoped, source, options.pack) for source in scoped.sources}
