@@ -147,9 +147,10 @@ _BLANKS = " \t\n\x0b\x0c\r"
 
 
 def _facts(s: _File, p: Piece) -> None:
-    """The facts of a piece Python knows at no cost to DuckDB: its lines, whether one is not blank
-    (a piece of blanks and line breaks strips to nothing; one that does not start with one is
-    not stripped at all), the file's first and last lines."""
+    """The facts of a piece Python has at little cost, so DuckDB need not measure every line: its
+    lines (counted while reading), whether one is not blank (a piece of blanks and line breaks
+    strips to nothing; a piece neither starting nor ending with one is not even copied), the
+    file's first and last lines."""
     s.lines += p.lines
     s.nonblank = s.nonblank or bool(p.text.strip(_BLANKS))
     if len(s.head) < HEAD_LINES:
