@@ -115,7 +115,7 @@ def _engine_sql() -> str:
 # A pack's CSV as a table, read from the file once per process (while the file is unchanged): each
 # attempt then loads it from JSON, about a third of read_csv's cost (its sniffer and reader are
 # set up for a file of any size). Kept only when the JSON round trip gives the same table.
-_CSV_TABLES: dict[tuple[str, str], tuple[tuple[int, int], str, str, str] | None] = {}
+_CSV_TABLES: dict[tuple[str, str], tuple[tuple[int, int], tuple[str, str, str] | None]] = {}
 _CSV_LOCK = threading.Lock()
 
 
@@ -129,22 +129,25 @@ def _load_csv(con: duckdb.DuckDBPyConnection, table: str, path: Path, all_varcha
         stamp = None
     cached = _CSV_TABLES.get(key)
     if stamp is not None and cached is not None and cached[0] == stamp:
-        _, columns, shape, payload = cached
-        con.execute(
-            f"CREATE OR REPLACE TABLE {table} AS SELECT {columns} FROM "
-            "(SELECT unnest(from_json($p::JSON, $shape), recursive := true))",
-            {"p": payload, "shape": shape},
-        )
+        if cached[1] is not None:
+            columns, shape, payload = cached[1]
+            con.execute(
+                f"CREATE OR REPLACE TABLE {table} AS SELECT {columns} FROM "
+                "(SELECT unnest(from_json($p::JSON, $shape), recursive := true))",
+                {"p": payload, "shape": shape},
+            )
+            return
+        con.execute(f"CREATE OR REPLACE TABLE {table} AS {read}")  # a table JSON does not give back
         return
     con.execute(f"CREATE OR REPLACE TABLE {table} AS {read}")
     if stamp is None:
         return
     with _CSV_LOCK:
-        _CSV_TABLES[key] = _as_json(con, table, stamp)
+        _CSV_TABLES[key] = (stamp, _as_json(con, table))
 
 
-def _as_json(con: duckdb.DuckDBPyConnection, table: str, stamp: tuple[int, int]) -> tuple[Any, ...] | None:
-    """The table as (stamp, columns, from_json shape, JSON rows), if that gives back the same table."""
+def _as_json(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, str, str] | None:
+    """The table as (columns, from_json shape, JSON rows), if that gives back the same table."""
     described = con.execute(f"DESCRIBE {table}").fetchall()
     names = [d[0] for d in described]
     if len(set(names)) != len(names) or any(not isinstance(n, str) for n in names):
@@ -168,7 +171,7 @@ def _as_json(con: duckdb.DuckDBPyConnection, table: str, stamp: tuple[int, int])
         return None
     if [(d[0], d[1]) for d in again] != [(d[0], d[1]) for d in described]:
         return None
-    return stamp, columns, shape, payload
+    return columns, shape, payload
 
 
 def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> None:
