@@ -114,7 +114,7 @@ WITH timed AS (
     SELECT event_id, node, time, coalesce(time_lo, time) AS lo, coalesce(time_hi, time) AS hi
     FROM spans WHERE terminal_state = 'hardware_failure' AND time IS NOT NULL
 ), yielding AS (
-    SELECT s.event_id, max(h.time) AS after_time, arg_max(h.event_id, h.time) AS yields_to
+    SELECT s.event_id, max(h.time) AS after_time, arg_max(h.event_id, (h.time, h.event_id)) AS yields_to
     FROM spans s JOIN hardware h ON h.node = s.node AND h.event_id <> s.event_id
     WHERE s.terminal_state IS DISTINCT FROM 'hardware_failure'
       AND s.time IS NOT NULL AND (s.time_hi IS NULL OR s.time_hi > s.time_lo)   -- only an interval

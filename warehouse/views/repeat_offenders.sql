@@ -7,7 +7,8 @@ WITH hw AS (
     WHERE d.terminal_state = 'hardware_failure'
 )
 SELECT node, count(*) AS hardware_roots, min(end_time) AS first_seen, max(end_time) AS last_seen,
-       list(DISTINCT sub_domain) AS sub_domains, list(DISTINCT root_symptom) AS root_symptoms
+       list(DISTINCT sub_domain ORDER BY sub_domain) AS sub_domains,
+       list(DISTINCT root_symptom ORDER BY root_symptom) AS root_symptoms
 FROM hw h
 WHERE EXISTS (SELECT 1 FROM hw o WHERE o.node = h.node AND o.job_id != h.job_id
               AND abs(epoch(o.end_time) - epoch(h.end_time)) <= 14 * 86400)
