@@ -204,22 +204,41 @@ def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> N
     defs = pack.symptom_defs
     con.execute("DELETE FROM symptom_defs")
     if defs:
-        con.execute(
-            "INSERT INTO symptom_defs SELECT unnest($s), unnest($r), unnest($t), unnest($role), unnest($ts), "
-            "unnest($sd), unnest($a), unnest($i), unnest($b), unnest($fs)",
+        # one JSON document, parsed by DuckDB: lists of Python values cost a type probe each (~4 ms here)
+        rows = [
             {
-                "s": list(defs),
-                "r": [v[0] for v in defs.values()],
-                "t": [v[1].title for v in defs.values()],
-                "role": [v[1].role for v in defs.values()],
-                "ts": [v[1].terminal_state and v[1].terminal_state.value for v in defs.values()],
-                "sd": [v[1].sub_domain and v[1].sub_domain.value for v in defs.values()],
-                "a": [v[1].action and v[1].action.value for v in defs.values()],
-                "i": [v[1].interesting for v in defs.values()],
-                "b": [v[1].blame for v in defs.values()],
-                "fs": [v[1].failure_signal for v in defs.values()],
-            },
+                "symptom": name,
+                "rule_id": rule_id,
+                "title": d.title,
+                "role": d.role,
+                "terminal_state": d.terminal_state and d.terminal_state.value,
+                "sub_domain": d.sub_domain and d.sub_domain.value,
+                "action": d.action and d.action.value,
+                "interesting": d.interesting,
+                "blame": d.blame,
+                "failure_signal": d.failure_signal,
+            }
+            for name, (rule_id, d) in defs.items()
+        ]
+        con.execute(
+            "INSERT INTO symptom_defs SELECT symptom, rule_id, title, role, terminal_state, sub_domain, action, "
+            "interesting, blame, failure_signal FROM (SELECT unnest(from_json($p::JSON, $shape), recursive := true))",
+            {"p": json.dumps(rows), "shape": _SYMPTOM_SHAPE},
         )
+
+
+_SYMPTOM_SHAPE = json.dumps(
+    [
+        {
+            **dict.fromkeys(
+                ("symptom", "rule_id", "title", "role", "terminal_state", "sub_domain", "action"), "VARCHAR"
+            ),
+            "interesting": "BOOLEAN",
+            "blame": "VARCHAR",
+            "failure_signal": "BOOLEAN",
+        }
+    ]
+)
 
 
 _PY_MODULES: dict[Path, Any] = {}
