@@ -3,13 +3,14 @@
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import EXAMPLES, WORKED
-from tests.services.prometheus import Prometheus, free_port
+from tests.services.prometheus import Prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,13 +45,24 @@ SLURM_PACKAGES = {
 }
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _free_run_of_ports(n: int) -> int:
-    """The first of n consecutive free TCP ports on loopback (slurmd's Port=[a-b] needs a run)."""
+    """The first of n consecutive free TCP ports on loopback (slurmd's Port=[a-b] needs a run), below
+    the kernel's ephemeral range: a port chosen there can be taken, between the choice and the
+    daemon's bind, by any outgoing connection on the host (the other test worker's connection storms
+    open thousands) or by another bind to port 0."""
     import random
     import socket
 
+    high = min(_ephemeral_low(), 65536) - n
     for _ in range(200):
-        base = random.randint(20000, 60000 - n)
+        base = random.randint(20000, max(20001, high))
         socks = []
         try:
             for p in range(base, base + n):
@@ -81,30 +93,35 @@ def slurm(tmp_path_factory):
     # Not under pytest's base directory: pytest keeps that 0700 (and resets it when another run on this
     # host starts), while the daemons run as slurm, munge and mysql, and munged wants every directory
     # above its socket open to all. A directory of this run's own, removed at the end.
-    base = Path(tempfile.mkdtemp(prefix="attribution-slurm-", dir="/tmp"))
-    base.chmod(0o755)
-    ports = {
-        "SLURM_REST_PORT": free_port(),
-        "SLURM_DB_PORT": free_port(),
-        "SLURM_CTLD_PORT": free_port(),
-        "SLURM_DBD_PORT": free_port(),
-        "SLURM_NODE_PORT": _free_run_of_ports(4),
-    }
-    try:
-        up = subprocess.run(
-            ["bash", str(ROOT / "tests/services/slurm_up.sh"), str(base)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**os.environ, **{k: str(v) for k, v in ports.items()}},
-        )
-    except subprocess.TimeoutExpired as exc:  # what it started must still be stopped
-        up = subprocess.CompletedProcess(exc.cmd, 1, "", f"timed out: {exc.stderr!r}")
-    if up.returncode != 0:
+    # Ports are free when chosen, not reserved: another process on a shared host may bind one first.
+    # That start fails naming the daemon (and its log); it is stopped and tried once more on new ports.
+    for attempt in (1, 2):
+        base = Path(tempfile.mkdtemp(prefix="attribution-slurm-", dir="/tmp"))
+        base.chmod(0o755)
+        ports = {
+            name: _free_run_of_ports(1)
+            for name in ("SLURM_REST_PORT", "SLURM_DB_PORT", "SLURM_CTLD_PORT", "SLURM_DBD_PORT")
+        }
+        ports["SLURM_NODE_PORT"] = _free_run_of_ports(4)
+        try:
+            up = subprocess.run(
+                ["bash", str(ROOT / "tests/services/slurm_up.sh"), str(base)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                env={**os.environ, **{k: str(v) for k, v in ports.items()}},
+            )
+        except subprocess.TimeoutExpired as exc:  # what it started must still be stopped
+            up = subprocess.CompletedProcess(exc.cmd, 1, "", f"timed out: {exc.stderr!r}")
+        if up.returncode == 0:
+            break
         subprocess.run(
             ["bash", str(ROOT / "tests/services/slurm_down.sh"), str(base)], capture_output=True, timeout=120
         )
-        pytest.fail(f"slurm_up.sh failed: {up.stderr[-2000:]}")
+        shutil.rmtree(base, ignore_errors=True)
+        if attempt == 2:
+            pytest.fail(f"slurm_up.sh failed twice, on two sets of ports: {up.stderr[-2000:]}")
+        print(f"slurm_up.sh failed on ports {ports}, trying new ones: {up.stderr[-1000:]}", file=sys.stderr)
     env = {}
     for line in (base / "env.sh").read_text().splitlines():
         k, _, v = line.removeprefix("export ").partition("=")

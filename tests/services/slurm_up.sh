@@ -157,7 +157,7 @@ echo "slurmctld $(cat "$S/run/slurmctld.pid")" >> "$BASE/pids"
 for i in $(seq 1 "$NODES"); do
   n=node$(printf '%02d' "$i"); mkdir -p "$S/spool/$n"
   /usr/sbin/slurmd -N "$n"
-  until_ok 15 test -s "$S/run/slurmd-$n.pid" || fail "slurmd $n did not start"
+  until_ok 15 test -s "$S/run/slurmd-$n.pid" || fail "slurmd $n did not start (port $((NODE_PORT + i - 1))): $(tail -3 "$S/log/slurmd-$n.log" 2>/dev/null)"
   echo "slurmd-$n $(cat "$S/run/slurmd-$n.pid")" >> "$BASE/pids"
 done
 until_ok 30 sh -c "[ \$(sinfo -h -N -t idle -o %N | sort -u | wc -l) -ge $NODES ]" || fail "nodes not idle: $(sinfo)"
