@@ -84,10 +84,6 @@ class _File:
     tail: list[str] = field(default_factory=list)
     error: str | None = None
 
-    @property
-    def blank(self) -> bool:
-        return not self.nonblank
-
 
 def scan_files(
     con: duckdb.DuckDBPyConnection, files: list[TextFile], source: str, connector: str, prefilter: list[str]
@@ -263,7 +259,7 @@ def _record(con: duckdb.DuckDBPyConnection, done: list[_File], source: str, conn
         stats.bad_lines += s.bad
         stats.long_lines += s.long
         stats.truncated_bytes += s.cut_bytes
-        if s.blank:
+        if not s.nonblank:
             stats.blank.append(s.f.ref)
 
 

@@ -55,7 +55,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.services.prefect_stack import SECRET, TOKEN, PrefectStack, _wait
+from tests.services.prefect_stack import SECRET, TOKEN, PrefectStack, _wait, flow_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 OOM = ROOT / "tests" / "regression" / "host_oom_kueue-1-0"
@@ -301,28 +301,6 @@ def wait_final(stack: Stack, want: int, timeout_s: float) -> int:
             if n >= want or time.monotonic() > deadline:
                 return n
             time.sleep(1.0)
-
-
-def flow_runs(stack: Stack) -> list:
-    """Every flow run of the attempt deployment, as Prefect has them."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
-
-    async def read():
-        async with get_client() as client:
-            dep = await client.read_deployment_by_name("attribute-attempt/attempt")
-            out, offset = [], 0
-            while True:
-                page = await client.read_flow_runs(
-                    deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id])), limit=200, offset=offset
-                )
-                out += page
-                if len(page) < 200:
-                    return out
-                offset += 200
-
-    with stack.client_settings():
-        return asyncio.run(read())
 
 
 def idle_latencies(stack: Stack, names: list[str], conditions: list, timeout_s: float = 120) -> list[float]:

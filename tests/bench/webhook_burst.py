@@ -157,24 +157,9 @@ def pct(values: list[float], q: float) -> float:
 
 def runs_per_key(stack) -> Counter:
     """Flow runs of the attempt deployment per idempotency key, as Prefect has them."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from tests.services.prefect_stack import flow_runs
 
-    async def read():
-        async with get_client() as client:
-            dep = await client.read_deployment_by_name("attribute-attempt/attempt")
-            out, offset = [], 0
-            while True:
-                page = await client.read_flow_runs(
-                    deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id])), limit=200, offset=offset
-                )
-                out += page
-                if len(page) < 200:
-                    return Counter(r.idempotency_key for r in out)
-                offset += 200
-
-    with stack.client_settings():
-        return asyncio.run(read())
+    return Counter(r.idempotency_key for r in flow_runs(stack))
 
 
 def check(storm: Storm, items: list[dict], runs: Counter) -> list[str]:

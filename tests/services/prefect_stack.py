@@ -7,6 +7,7 @@ operators to run them. The project's processes run from the built wheel in a fre
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -215,3 +216,26 @@ def metrics(stack: PrefectStack) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             out[name] = float(value)
     return out
+
+
+def flow_runs(stack) -> list:
+    """Every flow run of the attempt deployment, as Prefect has them (read in pages; `stack` is any
+    stack with `client_settings()`)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    async def read():
+        async with get_client() as client:
+            dep = await client.read_deployment_by_name("attribute-attempt/attempt")
+            out, offset = [], 0
+            while True:
+                page = await client.read_flow_runs(
+                    deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id])), limit=200, offset=offset
+                )
+                out += page
+                if len(page) < 200:
+                    return out
+                offset += 200
+
+    with stack.client_settings():
+        return asyncio.run(read())
