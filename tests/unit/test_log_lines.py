@@ -210,3 +210,38 @@ def test_zone_less_forms_use_the_attempt_zone_with_dst(staging):
         "SELECT log_time('2026-07-01 14:00:00,000 INFO x', 'America/Los_Angeles', ?)", [summer]
     ).fetchone()[0]
     assert t == datetime(2026, 7, 1, 21, 0, 0)
+
+
+def test_a_forms_guard_never_hides_a_line_of_that_form(staging):
+    """Each form's regex runs only behind a cheap test of a character or two (log_time_macros.sql):
+    that test must hold for every line the regex itself matches. Checked on every line of the real
+    corpus and the regression bundles, each also with its first 1..40 characters cut (a prefix
+    already consumed leaves any of those), guarded macro against its bare regex."""
+    import re
+    from pathlib import Path
+
+    from workload_attribution.contracts.staging import SQL_DIR
+
+    root = Path(__file__).resolve().parents[1]
+    lines = set()
+    for f in [*root.glob("real/*/logs/**/*"), *root.glob("regression/*/logs/**/*")]:
+        if f.is_file() and f.suffix not in (".gz", ".zst"):
+            for line in f.read_text(encoding="utf-8", errors="replace").splitlines()[:400]:
+                lines.update(line[i:] for i in range(0, min(len(line), 40)))
+    assert len(lines) > 20_000
+    staging.execute("CREATE TEMP TABLE guard_lines AS SELECT unnest($l) AS s", {"l": sorted(lines)})
+    text = (SQL_DIR / "log_time_macros.sql").read_text()
+    guarded = re.findall(
+        r"CREATE OR REPLACE MACRO (lt_\w+_re)\(s\) AS\s+CASE WHEN .*? THEN (regexp_extract\(s,.*?\)) (?:ELSE '' )?END;",
+        text,
+        re.S,
+    )
+    assert len(guarded) >= 11  # every form, the syslog header and class, pdsh, the rank prefix
+    for name, bare in guarded:
+        pattern = re.match(r"regexp_extract\(s,\s*('(?:[^']|'')*')", bare)
+        assert pattern, bare
+        hidden = staging.execute(
+            f"SELECT count(*), any_value(s) FROM guard_lines "
+            f"WHERE regexp_matches(s, {pattern.group(1)}) AND {name}(s) IS DISTINCT FROM {bare}"
+        ).fetchone()
+        assert hidden[0] == 0, f"{name} hides {hidden[0]} line(s) its regex matches, e.g. {hidden[1]!r}"
