@@ -5,17 +5,23 @@
 
 For each scale (hosts : log lines) it generates one failed attempt with the scenario generator (a
 GPU falling off the bus on one host, its NCCL cascade on every rank) and buries it in realistic
-noise (training steps, NCCL INFO, kernel and systemd chatter) up to the line count. Then, on the
-same files, warm in the page cache:
+noise (training steps, NCCL INFO, kernel and systemd chatter) up to the line count. Few noise lines
+hold a pre-filter literal (~0.1%, NCCL's bootstrap lines): routine logs are mostly lines no rule
+reads. `--hit-share` makes a share of the noise lines ones the rules must read (the driver's
+`NVRM: GPU at PCI:... GPU-<uuid>` line, which it prints before each event it reports about a GPU),
+to measure what each line that passes the pre-filter costs. Then, on the same files, warm in the
+page cache:
 
   cat      cat every log file > /dev/null                    (the raw read)
   grep -F  one `grep -F -c -f` pass with the rules' pre-filter literals (what the rules look for:
-           the floor)
+           the floor), its counts read through a pipe (on /dev/null GNU grep stops at each file's
+           first match, and would not scan the files)
   grep -E  the same literals as one `grep -E` alternation      (a slower floor, for comparison)
   inline   `attribution diagnose --inline --no-warehouse`     (wall and peak RSS of the process)
   phases   the same steps timed one by one in a fresh process (scope, collect, store, rules, report)
 
-and prints, per scale, lines/s, the ratio inline/grep -F, the marginal cost (inline at this scale
+and prints, per scale, the lines that pass the pre-filter (hits), lines/s, the ratio
+inline/grep -F, the cost per hit beyond the scan, the marginal cost (inline at this scale
 minus inline on a tiny attempt) over grep -F and over grep -E, peak RSS and the load average
 before the scale's runs (this is a shared machine); every row goes to the CSV too.
 """
@@ -50,21 +56,29 @@ NOISE_SYS = [
     "{h} kernel: [{k:.6f}] perf: interrupt took too long ({t} > {c}), lowering kernel.perf_event_max_sample_rate",
     "{h} slurmstepd[{p}]: debug:  jag_common_poll_data: Task 0 pid {p} ave_freq = 2100000 mem size/max 1234/5678",
     "{h} chronyd[812]: Selected source 10.0.0.{ch}",
-    "{h} kernel: [{k:.6f}] NVRM: GPU at PCI:0000:{ch:02x}:00.0: GPU-5f2a{ch:04x} nvidia-persistenced heartbeat",
+    # AppArmor denials: a kernel line that floods real hosts' syslog (and no rule reads)
+    '{h} kernel: [{k:.6f}] audit: type=1400 audit({c}.{g:.0f}:{s}): apparmor="DENIED" operation="open" '
+    'profile="/usr/sbin/chronyd" name="/proc/{p}/status" pid={p} comm="chronyd" requested_mask="r" '
+    'denied_mask="r" fsuid=0 ouid=0',
 ]
+# A line the rules must read (pcie-aer-errors, gpu-driver-lost map a PCI address to its GPU by it):
+# the form the driver prints before each event it reports (tests/real/SOURCES.md has verbatim ones).
+HIT = "{h} kernel: [{k:.6f}] NVRM: GPU at PCI:0000:{ch:02x}:00: GPU-5c24755a-a937-465c-27bc-8658613a{ch:04x}"
 
 
-def parse_scale(text: str) -> tuple[int, int]:
-    hosts, _, lines = text.partition(":")
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)", lines)
-    if not hosts.isdigit() or not m:
-        raise argparse.ArgumentTypeError(f"{text!r}: HOSTS:LINES, e.g. 64:1M")
+def parse_scale(text: str) -> tuple[int, int, float]:
+    """HOSTS:LINES[@HITS%]: 64:1M, or 64:1M@10% with a tenth of the noise lines read by the rules."""
+    hosts, _, rest = text.partition(":")
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)(?:@(\d+(?:\.\d+)?)%)?", rest)
+    if not hosts.isdigit() or not m or float(m.group(3) or 0) > 50:
+        raise argparse.ArgumentTypeError(f"{text!r}: HOSTS:LINES[@HITS%], e.g. 64:1M or 64:1M@10%")
     mult = {"": 1, "k": 1_000, "m": 1_000_000}[m.group(2).lower()]
-    return int(hosts), int(float(m.group(1)) * mult)
+    return int(hosts), int(float(m.group(1)) * mult), float(m.group(3) or 0) / 100
 
 
-def make_attempt(out: Path, hosts: int, lines: int, seed: int = 1) -> dict:
-    """One failed attempt with `hosts` hosts and about `lines` log lines, the fault buried in noise."""
+def make_attempt(out: Path, hosts: int, lines: int, seed: int = 1, hit_share: float = 0.0) -> dict:
+    """One failed attempt with `hosts` hosts and about `lines` log lines, the fault buried in noise
+    (a share `hit_share` of which are lines the rules read)."""
     from tests.scenarios.generator import CLASSES, new_bundle, write_bundle
 
     rng = random.Random(f"bench:{hosts}:{lines}:{seed}")
@@ -83,9 +97,11 @@ def make_attempt(out: Path, hosts: int, lines: int, seed: int = 1) -> dict:
                 continue
             step = span / share
             chunk = []
+            # the hits are kernel lines: syslog's half of the noise carries all of them
+            every = round(1 / (2 * hit_share)) if hit_share and source == "syslog" else 0
             for i in range(share):
                 t = b.start + timedelta(seconds=i * step)
-                tmpl = templates[i % len(templates)]
+                tmpl = HIT if every and i % every == 0 else templates[i % len(templates)]
                 body = tmpl.format(
                     r=i % (b.gpus * hosts),
                     r2=(i + 1) % (b.gpus * hosts),
@@ -181,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         "--scales",
         nargs="+",
         type=parse_scale,
-        default=[parse_scale(s) for s in ("8:100k", "64:1M", "256:3M", "1024:10M")],
+        default=[parse_scale(s) for s in ("8:100k", "64:1M", "64:1M@1%", "64:1M@10%", "256:3M", "1024:10M")],
+        help="HOSTS:LINES[@HITS%%] (default: %(default)s)",
     )
     ap.add_argument("--csv", default="bench.csv", help="append the rows here")
     ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (default: a temporary directory)")
@@ -208,11 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tiny attempt (2 hosts, ~1k lines): --inline {tiny_wall:.2f} s wall, {tiny_rss} MiB peak RSS")
 
     rows = []
-    for hosts, lines in a.scales:
-        d = base / f"h{hosts}-l{lines}"
+    for hosts, lines, hit_share in a.scales:
+        d = base / f"h{hosts}-l{lines}-hits{hit_share * 100:g}"
         t0 = time.perf_counter()
         info = (
-            make_attempt(d, hosts, lines)
+            make_attempt(d, hosts, lines, hit_share=hit_share)
             if not (d / "bench.json").exists()
             else json.loads((d / "bench.json").read_text())
         )
@@ -222,11 +239,14 @@ def main(argv: list[str] | None = None) -> int:
         run_timed(["cat", *files], env)  # into the page cache
         load = os.getloadavg()
         (cat_s, cat_rss, _), _ = best(a.repeat, lambda files=files: run_timed(["cat", *files], env))
-        (grep_s, grep_rss, _), _ = best(
-            a.repeat, lambda files=files: run_timed(["grep", "-F", "-c", "-f", str(lit), *files], env)
+        # grep's counts are read through a pipe: with its output on /dev/null GNU grep stops reading
+        # each file at its first match (grep.c, dev_null_output), and -c would time a partial scan
+        (grep_s, grep_rss, counts), _ = best(
+            a.repeat, lambda files=files: run_timed(["grep", "-F", "-c", "-f", str(lit), *files], env, None)
         )
+        hits = sum(int(line.rpartition(":")[2]) for line in counts.split())
         (grepe_s, _, _), _ = best(
-            a.repeat, lambda files=files: run_timed(["grep", "-E", "-c", "-f", str(pat), *files], env)
+            a.repeat, lambda files=files: run_timed(["grep", "-E", "-c", "-f", str(pat), *files], env, None)
         )
         (inl_s, inl_rss, out), _ = best(a.repeat, lambda d=d: run_timed(diagnose(d), env, None))
         doc = json.loads(out)
@@ -238,15 +258,28 @@ def main(argv: list[str] | None = None) -> int:
         _, _, ph = run_timed([py, "-m", "tests.bench.bench", "--phases-of", str(d)], env, None)
         ph = json.loads(ph)
         marginal = max(0.0, inl_s - tiny_wall)
+        # what a line passing the pre-filter costs: against the same scale without the added hits
+        base_row = next(
+            (r for r in rows if (r["hosts"], r["hit_share"]) == (hosts, 0.0) and r["lines"] >= lines * 0.99), None
+        )
+        per_hit = (
+            (marginal - base_row["marginal_s"]) / (hits - base_row["hits"]) * 1e6
+            if base_row and hits > base_row["hits"]
+            else None
+        )
         row = {
             "hosts": hosts,
             "lines": info["lines"],
+            "hit_share": hit_share,
+            "hits": hits,
             "mib": round(info["bytes"] / 2**20, 1),
             "cat_s": round(cat_s, 3),
             "grep_f_s": round(grep_s, 3),
             "grep_e_s": round(grepe_s, 3),
             "inline_s": round(inl_s, 3),
             "tiny_s": round(tiny_wall, 3),
+            "marginal_s": round(marginal, 3),
+            "us_per_added_hit": round(per_hit, 1) if per_hit is not None else None,
             "inline_vs_grep_f": round(inl_s / grep_s, 2),
             "marginal_vs_grep_f": round(marginal / grep_s, 2),
             "marginal_vs_grep_e": round(marginal / grepe_s, 2),
@@ -259,7 +292,10 @@ def main(argv: list[str] | None = None) -> int:
             "generate_s": round(gen_s, 1),
         }
         rows.append(row)
-        print(f"\n== {hosts} hosts, {info['lines']:,} lines, {row['mib']} MiB ==")
+        print(
+            f"\n== {hosts} hosts, {info['lines']:,} lines, {row['mib']} MiB, {hits:,} pass the pre-filter "
+            f"({hits / info['lines']:.2%}) =="
+        )
         print(
             f"  cat {cat_s:.2f} s   grep -F {grep_s:.2f} s ({grep_rss} MiB)   grep -E {grepe_s:.2f} s   "
             f"--inline {inl_s:.2f} s ({inl_rss} MiB)   {row['lines_per_s']:,} lines/s   correct={ok}"
@@ -270,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
         )
         print("  phases: " + "  ".join(f"{k} {v:.2f}s" for k, v in ph.items()))
+        if per_hit is not None:
+            print(f"  each line added to the pre-filter's hits: {per_hit:.1f} us (against {hosts}:{lines:,} without)")
     fields = list(rows[0]) + ["when"]
     header = Path(a.csv).read_text().partition("\n")[0] if Path(a.csv).exists() else None
     with open(a.csv, "a", newline="") as f:
