@@ -191,6 +191,29 @@ def phases(bundle: str) -> dict[str, float]:
     return t
 
 
+def _n(x: int) -> str:
+    return f"{x / 1e6:.1f}M" if x >= 1_000_000 else f"{x / 1e3:.0f}k" if x >= 1_000 else str(x)
+
+
+def markdown(rows: list[dict]) -> str:
+    """The rows as README's table ("How fast")."""
+    out = [
+        "| hosts | lines | hits (share) | MiB | grep -F | --inline | marginal | marginal / grep -F | per added hit "
+        "| peak RSS | collect / store / rules | load |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for r in rows:
+        hit = f"{r['us_per_added_hit']:.1f} us" if r["us_per_added_hit"] is not None else ""
+        phases = " / ".join(f"{r[f'phase_{k}_s']:.2f}" for k in ("collect", "store", "rules_and_report"))
+        out.append(
+            f"| {r['hosts']} | {_n(r['lines'])} | {_n(r['hits'])} ({r['hits'] / r['lines']:.2%}) | {r['mib']:.0f} "
+            f"| {r['grep_f_s']:.2f} s | {r['inline_s']:.2f} s | {r['marginal_s']:.2f} s "
+            f"| **{r['marginal_vs_grep_f']:.2f}x**{'' if r['correct'] else ' (WRONG diagnosis)'} | {hit} "
+            f"| {r['inline_rss_mib']} MiB | {phases} s | {r['load_avg_1m']:.1f} |"
+        )
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -316,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
             w.writeheader()
         for r in rows:
             w.writerow({**r, "when": time.strftime("%Y-%m-%dT%H:%M:%S")})
-    print(f"\nrows appended to {a.csv}")
+    print(f"\nrows appended to {a.csv}\n")
+    print(markdown(rows))
     if not a.keep:
         shutil.rmtree(base, ignore_errors=True)
     return 0
