@@ -147,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
         from workload_attribution.cli import remote
 
         return remote.run(args)
+    use_prefect = args.prefect or (bool(os.environ.get("PREFECT_API_URL")) and not args.inline)
+    if not use_prefect:
+        _stage_ahead()
     cfg = common.load_config(args, warehouse=args.warehouse, rules_dir=args.rules_dir)
     todo = targets(args)
     if args.out:
@@ -162,7 +165,6 @@ def run(args: argparse.Namespace) -> int:
     for broken in pack.broken:  # diagnosed without them; each diagnosis lists them as failed rules
         common.say(f"warning: rule {broken['rule']} {broken['error']}")
     cfg = cfg.model_copy(update={"warehouse": warehouse or ""})
-    use_prefect = args.prefect or (bool(os.environ.get("PREFECT_API_URL")) and not args.inline)
     diagnose = _prefect_runner(args, cfg) if use_prefect else _inline_runner(cfg, pack)
     progress = common.Progress(args, force=len(todo) > 1)  # a batch says how each attempt went, tty or not
     status = EXIT_OK
@@ -199,6 +201,20 @@ def run(args: argparse.Namespace) -> int:
                 f"affected={','.join(d.affected_nodes) or '-'} ({time.monotonic() - started:.1f}s)"
             )
     return status
+
+
+def _stage_ahead() -> None:
+    """The first attempt's staging database made, and the shipped pack's data read, on another
+    thread while this one reads the configuration and the rules pack (contracts/staging.py)."""
+    from workload_attribution.contracts.staging import stage_ahead
+
+    stage_ahead(_read_data_ahead)
+
+
+def _read_data_ahead(con: Any) -> None:
+    from workload_attribution.rules.engine import read_data_ahead
+
+    read_data_ahead(con)
 
 
 def _inline_runner(cfg: Any, pack: Any) -> Callable[[Any], Any]:

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import EXAMPLES, ROOT, WORKED
 
@@ -70,3 +71,49 @@ def test_rules_commands(tmp_path):
     # one rule's cases through the command (every rule's cases: test_rules.py, in this process)
     r = run("rules", "test", "--rule", "xid-driver-report")
     assert r.returncode == 0 and " 0 failed" in r.stdout
+
+
+def test_only_the_named_commands_parser_is_built():
+    from workload_attribution.cli import _named_command
+
+    assert _named_command(["diagnose", "b"]) == "diagnose"
+    assert _named_command(["-q", "--debug", "eval", "x"]) == "eval"
+    # --config's value (or an abbreviation's) is not the command, whatever it is called
+    assert _named_command(["--config", "diagnose", "rules", "list"]) == "rules"
+    assert _named_command(["--conf", "rules", "diagnose"]) == "diagnose"
+    assert _named_command(["--config=a.yaml", "query", "x"]) == "query"
+    for unsure in ([], ["--version"], ["-h"], ["bogus"], ["--", "diagnose"], ["--config", "a.yaml"]):
+        assert _named_command(unsure) is None  # every command's parser, as argparse then needs
+
+
+def test_a_staging_database_made_ahead_is_the_next_attempts():
+    from workload_attribution.connectors.bundle import load_scope
+    from workload_attribution.contracts import staging
+    from workload_attribution.rules import engine
+
+    def catalog(path):
+        with staging.connected(path) as con:
+            return con.execute(
+                "SELECT 'table', table_name, column_name, data_type FROM information_schema.columns UNION ALL "
+                "SELECT 'macro', function_name, parameters::VARCHAR, macro_definition FROM duckdb_functions() "
+                "WHERE function_type LIKE '%macro' AND NOT internal UNION ALL "
+                "SELECT 'row', cluster, job_id, nodes::VARCHAR FROM attempt UNION ALL "
+                "SELECT 'setting', name, value, NULL FROM duckdb_settings() "
+                "WHERE name IN ('TimeZone', 'memory_limit', 'threads') ORDER BY ALL"
+            ).fetchall()
+
+    scope = load_scope(WORKED)
+    usual = staging.create_staging(scope)
+    engine._CSV_TABLES.clear()
+    staging.stage_ahead(engine.read_data_ahead)
+    ahead = staging.create_staging(scope)
+    try:
+        assert ahead != usual and not staging._ahead
+        assert catalog(ahead) == catalog(usual)
+        # the shipped pack's data read into the cache, its tables gone with the connection that read them
+        assert {Path(p).name for p, _ in engine._CSV_TABLES} == {"xid_catalog.csv", "nvlink5_decode.csv"}
+        with staging.connected(ahead) as con:
+            assert not con.execute("SELECT * FROM duckdb_tables() WHERE temporary").fetchall()
+    finally:
+        staging.release_staging(usual)
+        staging.release_staging(ahead)
