@@ -18,6 +18,7 @@ schema_version; a file newer than this code is refused, never silently downgrade
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -56,6 +57,27 @@ LOCK_WAIT_S = 60.0
 # One writer at a time inside this process (a backfill diagnoses on several threads): DuckDB's
 # optimistic concurrency would abort one of two transactions replacing rows of the same tables.
 _WRITE_LOCK = threading.Lock()
+# this process's attached connection to each lake it writes, used under _WRITE_LOCK (Warehouse._write_lake)
+_LAKE_WRITERS: dict[str, duckdb.DuckDBPyConnection] = {}
+
+
+def _drop_lake_writer(url: str) -> None:
+    con = _LAKE_WRITERS.pop(url, None)
+    if con is not None:
+        try:
+            con.close()
+        except duckdb.Error:
+            pass
+
+
+def _close_lake_writers() -> None:
+    # at exit: a daemon thread stopped mid-write may hold the lock; its connection is then left to the OS
+    if _WRITE_LOCK.acquire(timeout=5):
+        try:
+            for url in list(_LAKE_WRITERS):
+                _drop_lake_writer(url)
+        finally:
+            _WRITE_LOCK.release()
 
 
 class WarehouseLocked(NotStored):
@@ -343,10 +365,42 @@ class Warehouse:
         """Replace this attempt's diagnosis (and its parts) in one transaction; `topology` (switch,
         port, peer, peer_kind, hca) rows seen with the attempt are recorded as of its start."""
         try:
-            with _WRITE_LOCK, self.connect() as con:
-                self._retry(lambda: self._write(con, d, topology))
+            with _WRITE_LOCK:
+                if self.lake is None:
+                    with self.connect() as con:
+                        self._retry(lambda: self._write(con, d, topology))
+                else:
+                    self._write_lake(d, topology)
         except (duckdb.Error, OSError) as exc:
             raise NotStored(f"{self}: the diagnosis could not be written: {first_line(exc)}", d) from exc
+
+    def _write_lake(self, d: Diagnosis, topology: list[tuple] | None) -> None:
+        """A lake is written through this process's one attached connection to it, kept between
+        writes: loading the extensions and attaching the catalog cost a worker ~0.5 CPU-seconds per
+        attempt, more than the write (~0.2 s). Each write is its own transaction, which reads the
+        catalog's latest snapshot, so a kept connection sees every other writer's commits. A kept
+        connection that fails (the catalog's server restarted) is dropped and the write tried once
+        more on a new one. (A DuckDB file is opened per write: held open it would lock out every
+        other process, an analyst's included.)"""
+        kept = _LAKE_WRITERS.get(self.url)
+        if kept is not None:
+            try:
+                self._retry(lambda: self._write(kept, d, topology))
+                return
+            except duckdb.Error as exc:
+                _drop_lake_writer(self.url)
+                if _conflict(exc):
+                    raise
+        con = self._open_lake(read_only=False)
+        try:
+            self._retry(lambda: self._migrate(con))
+            self._retry(lambda: self._write(con, d, topology))
+        except BaseException:
+            con.close()
+            raise
+        if not _LAKE_WRITERS:
+            atexit.register(_close_lake_writers)
+        _LAKE_WRITERS[self.url] = con
 
     def _write(self, con: duckdb.DuckDBPyConnection, d: Diagnosis, topology: list[tuple] | None) -> None:
         a = d.attempt

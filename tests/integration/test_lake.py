@@ -111,3 +111,48 @@ def test_concurrent_writers_lose_nothing_and_views_match_local(postgres, seeded_
         assert (top[0][1], top[0][2], top[0][3]) == ("leaf-07", "17", 5)
     finally:
         os.environ.pop("PGPASSWORD", None)
+
+
+def test_a_kept_writer_sees_another_writers_commits(postgres, tmp_path, monkeypatch):
+    """A process keeps its attached connection to a lake between writes (store._LAKE_WRITERS).
+    Another process's write of the same attempt in between must be seen by the next write here,
+    which replaces it: one diagnosis per attempt, never two. A kept connection that has died is
+    replaced, and the write goes through."""
+    from tests.conftest import WORKED
+    from tests.helpers import diagnose
+    from workload_attribution.rules.pack import default_pack
+    from workload_attribution.warehouse import store
+
+    monkeypatch.setenv("PGPASSWORD", postgres.password)
+    db = postgres.create_database("kept_writer")  # a lake of its own (a catalog names its data path)
+    url = f"ducklake+postgres://{postgres.user}@127.0.0.1:{postgres.port}/{db}?data_path={tmp_path / 'kept-lake'}"
+    lake = Warehouse(url)
+    d = diagnose(WORKED, pack=default_pack())
+    lake.write(d)
+    kept = store._LAKE_WRITERS[url]
+    other = subprocess.run(  # another process writes the same attempt
+        [
+            sys.executable,
+            "-c",
+            "import sys; from tests.helpers import diagnose; from tests.conftest import WORKED; "
+            "from workload_attribution.rules.pack import default_pack; "
+            "from workload_attribution.warehouse.store import Warehouse; "
+            "Warehouse(sys.argv[1]).write(diagnose(WORKED, pack=default_pack()))",
+            url,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert other.returncode == 0, other.stderr[-2000:]
+    key = "SELECT count(*) FROM diagnoses"
+    assert lake.query(key)[1] == [(1,)]  # the other process replaced ours
+    lake.write(d)  # through the kept connection: it must see the other's row to replace it
+    assert store._LAKE_WRITERS[url] is kept
+    assert lake.query(key)[1] == [(1,)]
+    kept.close()  # a kept connection gone bad: dropped, a new one attached, the write done
+    lake.write(d)
+    assert store._LAKE_WRITERS[url] is not kept
+    assert lake.query(key)[1] == [(1,)]
+    store._drop_lake_writer(url)
