@@ -80,6 +80,9 @@ def _close_lake_writers() -> None:
             _WRITE_LOCK.release()
 
 
+atexit.register(_close_lake_writers)
+
+
 class WarehouseLocked(NotStored):
     """Another process holds the warehouse file past the lock wait."""
 
@@ -214,13 +217,22 @@ class Warehouse:
 
     @contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        con = self._open_lake(read_only) if self.lake else self._open_file(read_only)
+        con = self._open(read_only)
         try:
-            if not read_only:
-                self._retry(lambda: self._migrate(con))
             yield con
         finally:
             con.close()
+
+    def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+        """A connection to the warehouse; a writer's with the schema migrated to this version."""
+        con = self._open_lake(read_only) if self.lake else self._open_file(read_only)
+        if not read_only:
+            try:
+                self._retry(lambda: self._migrate(con))
+            except BaseException:
+                con.close()
+                raise
+        return con
 
     @contextmanager
     def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -391,15 +403,12 @@ class Warehouse:
                 _drop_lake_writer(self.url)
                 if _conflict(exc):
                     raise
-        con = self._open_lake(read_only=False)
+        con = self._open(read_only=False)
         try:
-            self._retry(lambda: self._migrate(con))
             self._retry(lambda: self._write(con, d, topology))
         except BaseException:
             con.close()
             raise
-        if not _LAKE_WRITERS:
-            atexit.register(_close_lake_writers)
         _LAKE_WRITERS[self.url] = con
 
     def _write(self, con: duckdb.DuckDBPyConnection, d: Diagnosis, topology: list[tuple] | None) -> None:

@@ -7,9 +7,9 @@ For each scale (hosts : log lines) it generates one failed attempt with the scen
 GPU falling off the bus on one host, its NCCL cascade on every rank) and buries it in realistic
 noise (training steps, NCCL INFO, kernel and systemd chatter) up to the line count. Few noise lines
 hold a pre-filter literal (~0.1%, NCCL's bootstrap lines): routine logs are mostly lines no rule
-reads. `--hit-share` makes a share of the noise lines ones the rules must read (the driver's
-`NVRM: GPU at PCI:... GPU-<uuid>` line, which it prints before each event it reports about a GPU),
-to measure what each line that passes the pre-filter costs. Then, on the same files, warm in the
+reads. A scale `HOSTS:LINES@HITS%` makes that share of the noise lines ones the rules must read
+(the driver's `NVRM: GPU at PCI:... GPU-<uuid>` line, which it prints before each event it reports
+about a GPU), to measure what each line that passes the pre-filter costs. Then, on the same files, warm in the
 page cache:
 
   cat      cat every log file > /dev/null                    (the raw read)
