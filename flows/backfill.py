@@ -3,7 +3,7 @@ under an older rules version, with a concurrency limit; finish with a summary.
 
     discover (Slurm accounting, Kueue workloads, or a directory tree of bundles)
       -> plan (skip: already diagnosed by these rules; redo: older rules; new)
-      -> diagnose each (at most `concurrency` at once) -> summary
+      -> diagnose each (at most `concurrency` at once) -> maintain the warehouse -> summary
 
 The same story runs inline here (`attribution backfill --inline`, no Prefect import) and as the
 Prefect flow `backfill` in flows/backfill_flow.py (the nightly deployment, `attribution backfill`).
@@ -68,6 +68,7 @@ class Summary:
     by_terminal_state: Counter = field(default_factory=Counter)
     failures: list[dict[str, str]] = field(default_factory=list)
     discovery_failures: list[dict[str, str]] = field(default_factory=list)  # a cluster that could not be asked
+    maintenance: dict[str, Any] | None = None  # Warehouse.maintain's counts, or {"error": ...}
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -83,6 +84,7 @@ class Summary:
             "redone_stale": self.redone_stale,
             "by_terminal_state": dict(sorted(self.by_terminal_state.items())),
             "failures": self.failures,
+            "warehouse_maintenance": self.maintenance,
             "seconds": round(self.seconds, 2),
         }
 
@@ -266,6 +268,20 @@ def run_all(
             )
 
 
+def maintain_warehouse(warehouse: str | None, summary: Summary) -> None:
+    """The night's last step: keep the warehouse quick to read (Warehouse.maintain: a DuckLake's
+    rows the day's writers left in its catalog go to Parquet files, old snapshots expire). A
+    failure is the summary's (and the exit code's); the diagnoses written before it stay."""
+    from workload_attribution.warehouse.store import Warehouse
+
+    if not warehouse:
+        return
+    try:
+        summary.maintenance = Warehouse(warehouse).maintain()
+    except Exception as exc:
+        summary.maintenance = {"error": f"{type(exc).__name__}: {first_line(exc)}"}
+
+
 def _window(since: str | None, until: str | None, cfg: Config) -> tuple[datetime, datetime]:
     until_t = parse_when(until) if until else datetime.now(timezone.utc)
     since_t = parse_when(since) if since else until_t - timedelta(hours=cfg.backfill.lookback_hours)
@@ -345,5 +361,6 @@ def backfill_inline(
             summary,
             progress,
         )
+    maintain_warehouse(r.warehouse, summary)
     summary.seconds = time.monotonic() - started
     return summary

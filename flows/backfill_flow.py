@@ -13,7 +13,15 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 from prefect.futures import as_completed
 
-from workload_attribution.flows.backfill import Attempt, DiscoveryFailed, diagnose_one, discover, prepare, run_all
+from workload_attribution.flows.backfill import (
+    Attempt,
+    DiscoveryFailed,
+    diagnose_one,
+    discover,
+    maintain_warehouse,
+    prepare,
+    run_all,
+)
 from workload_attribution.flows.config import load_config
 
 discover_task = task(name="discover", cache_policy=NONE, retries=2, retry_delay_seconds=[5, 30])(discover)
@@ -63,6 +71,9 @@ def backfill(
         summary,
         progress,
     )
+    maintain_warehouse(r.warehouse, summary)
+    if summary.maintenance and "error" in summary.maintenance:
+        log.error("warehouse maintenance failed: %s", summary.maintenance["error"])
     summary.seconds = time.monotonic() - started
     log.info("backfill summary: %s", summary.as_dict())
     if summary.discovery_failures:  # an unreachable scheduler is a failed night, not a quiet one

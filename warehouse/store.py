@@ -29,7 +29,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 import duckdb
@@ -52,6 +54,15 @@ def views() -> dict[str, str]:
 
 
 LOCK_WAIT_S = 60.0
+# A lake writer's inserts of at most this many rows into a table go to the catalog (DuckLake's data
+# inlining) rather than to a new Parquet file each: one diagnosis writes a few to a few hundred rows
+# per table, so without it every attempt left two small files (symptoms, evidence) and a fleet's
+# lake grew by thousands an hour. Warehouse.maintain moves inlined rows into Parquet files.
+LAKE_INLINE_ROWS = 10_000
+# What a maintenance run leaves of a lake's history: snapshots (time travel) this recent, and files
+# no snapshot needs any more, once they have been unneeded this long (a reader may still scan them).
+LAKE_SNAPSHOTS_KEPT = timedelta(days=7)
+LAKE_FILES_GRACE = timedelta(hours=1)
 
 
 # One writer at a time inside this process (a backfill diagnoses on several threads): DuckDB's
@@ -307,7 +318,9 @@ class Warehouse:
             con.execute(f"LOAD '{_extension('ducklake')}'")
             if not read_only:
                 Path(lake.data_path).mkdir(parents=True, exist_ok=True)
-            opts = f"DATA_PATH '{lake.data_path}'" + (", READ_ONLY" if read_only else "")
+            opts = f"DATA_PATH '{lake.data_path}', " + (
+                "READ_ONLY" if read_only else f"DATA_INLINING_ROW_LIMIT {LAKE_INLINE_ROWS}"
+            )
             self._retry(lambda: con.execute(f"ATTACH 'ducklake:postgres:{lake.dsn}' AS warehouse ({opts})"))
             con.execute("USE warehouse")
         except Exception:
@@ -372,6 +385,41 @@ class Warehouse:
         except Exception:
             _rollback(con)
             raise
+
+    def maintain(self, snapshots_kept: timedelta = LAKE_SNAPSHOTS_KEPT) -> dict[str, Any]:
+        """Keep a lake fast to read (the nightly backfill runs this after its attempts): rows
+        writers left in the catalog go to Parquet files, adjacent small files are merged, snapshots
+        older than `snapshots_kept` expire, and files no snapshot needs are deleted after
+        LAKE_FILES_GRACE (DuckLake's maintenance functions, in its CHECKPOINT's order). Returns what
+        was done, counted. A DuckDB file is checkpointed (its write-ahead log folded in)."""
+        if self.lake is None:
+            if not self.path.exists():
+                return {"backend": "duckdb", "skipped": "no warehouse file yet"}
+            with _WRITE_LOCK, self.connect() as con:
+                self._retry(lambda: con.execute("CHECKPOINT"))
+            return {"backend": "duckdb", "checkpointed": True}
+        now = datetime.now(timezone.utc)
+        with _WRITE_LOCK:
+            with self.connect() as con:
+                flushed = self._retry(lambda: con.execute("CALL ducklake_flush_inlined_data('warehouse')").fetchall())
+                merged = self._retry(lambda: con.execute("CALL ducklake_merge_adjacent_files('warehouse')").fetchall())
+                expired = self._retry(
+                    lambda: con.execute(
+                        "CALL ducklake_expire_snapshots('warehouse', older_than => $t)", {"t": now - snapshots_kept}
+                    ).fetchall()
+                )
+                deleted = self._retry(
+                    lambda: con.execute(
+                        "CALL ducklake_cleanup_old_files('warehouse', older_than => $t)", {"t": now - LAKE_FILES_GRACE}
+                    ).fetchall()
+                )
+        return {
+            "backend": "ducklake",
+            "rows_moved_to_files": sum(int(r[-1] or 0) for r in flushed),
+            "files_merged": len(merged),
+            "snapshots_expired": len(expired),
+            "files_deleted": len(deleted),
+        }
 
     def write(self, d: Diagnosis, topology: list[tuple] | None = None) -> None:
         """Replace this attempt's diagnosis (and its parts) in one transaction; `topology` (switch,

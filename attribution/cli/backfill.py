@@ -21,7 +21,8 @@ def add(sub: Any) -> None:
             "Find the failed attempts that ended in [--since, --until) (Slurm accounting / Kueue workloads of the "
             "configured clusters, or the bundles under --bundles), skip those already diagnosed by the current rules "
             "version, re-diagnose those diagnosed by an older one, and print a summary. Exit 1 when any attempt or "
-            "cluster failed."
+            "cluster failed. Ends by maintaining the warehouse (a DuckLake: rows its writers left in the catalog "
+            "moved to Parquet files, snapshots older than 7 days expired); exit 1 when that failed too."
         ),
     )
     b.add_argument(
@@ -119,4 +120,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"  DISCOVERY FAILED {f['where']}: {f['error']}")
         for f in summary["failures"]:
             print(f"  FAILED {f['attempt']}: {f['error']}")
-    return EXIT_OK if not summary["failed"] and not summary.get("discovery_failures") else EXIT_BUG
+        upkeep = summary.get("warehouse_maintenance") or {}
+        if "error" in upkeep:
+            print(f"  WAREHOUSE MAINTENANCE FAILED: {upkeep['error']}")
+        elif upkeep.get("backend") == "ducklake":
+            print(
+                f"  warehouse maintained: {upkeep['rows_moved_to_files']} rows moved from the catalog to files, "
+                f"{upkeep['snapshots_expired']} snapshots expired, {upkeep['files_deleted']} unneeded files deleted"
+            )
+    failed = (
+        summary["failed"]
+        or summary.get("discovery_failures")
+        or "error" in (summary.get("warehouse_maintenance") or {})
+    )
+    return EXIT_BUG if failed else EXIT_OK

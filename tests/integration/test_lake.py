@@ -156,3 +156,52 @@ def test_a_kept_writer_sees_another_writers_commits(postgres, tmp_path, monkeypa
     assert store._LAKE_WRITERS[url] is not kept
     assert lake.query(key)[1] == [(1,)]
     store._drop_lake_writer(url)
+
+
+def test_writes_stay_in_the_catalog_until_maintenance_moves_them_to_files(postgres, tmp_path, monkeypatch):
+    """Each write of a diagnosis is a few to a few hundred rows per table: a lake writer inlines them
+    in the catalog (DuckLake's data inlining) instead of leaving small Parquet files behind per
+    attempt. Warehouse.maintain (the nightly backfill's last step) moves them into files, merges
+    and expires; every row, and every analyst view's answer, is the same before and after, and a
+    write after maintenance still replaces its attempt's rows."""
+    from datetime import timedelta
+
+    from tests.conftest import WORKED
+    from tests.helpers import diagnose
+    from workload_attribution.rules.pack import default_pack
+    from workload_attribution.warehouse import store
+
+    monkeypatch.setenv("PGPASSWORD", postgres.password)
+    db = postgres.create_database("maintained")
+    data = tmp_path / "maintained-lake"
+    url = f"ducklake+postgres://{postgres.user}@127.0.0.1:{postgres.port}/{db}?data_path={data}"
+    lake = Warehouse(url)
+    d = diagnose(WORKED, pack=default_pack())
+
+    def as_job(i: int):  # the same diagnosis as another attempt
+        job = d.attempt.model_copy(update={"job_id": f"job-{i}"})
+        return d.model_copy(update={"diagnosis_id": f"{d.diagnosis_id}-{i}", "attempt": job})
+
+    for i in range(5):
+        lake.write(as_job(i))
+    files = lambda: sorted(data.rglob("*.parquet"))  # noqa: E731
+    tables = ("diagnoses", "diagnosis_symptoms", "diagnosis_affected_nodes", "diagnosis_coverage", "diagnosis_evidence")
+    counts = lambda: [lake.query(f"SELECT count(*) FROM {t}")[1][0][0] for t in tables]  # noqa: E731
+    answers = lambda: {name: sorted(map(str, lake.query(name)[1])) for name in views()}  # noqa: E731
+    before, seen = counts(), answers()
+    assert before[0] == 5 and min(before[1:]) > 0
+    assert files() == []  # nothing written to the data path yet: every row is in the catalog
+
+    done = lake.maintain()
+    # the diagnoses' rows, and the few of the lake's own tables (schema version, rules versions)
+    assert done["backend"] == "ducklake" and done["rows_moved_to_files"] >= sum(before)
+    assert files(), "maintenance wrote the inlined rows to Parquet files"
+    assert counts() == before and answers() == seen
+
+    expired = lake.maintain(snapshots_kept=timedelta(0))  # nothing left to move; the history goes
+    assert expired["rows_moved_to_files"] == 0 and expired["snapshots_expired"] > 0
+    assert counts() == before and answers() == seen
+
+    lake.write(as_job(0))
+    assert counts() == before  # the attempt's rows replaced, across files and catalog alike
+    store._drop_lake_writer(url)

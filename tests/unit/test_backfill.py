@@ -60,6 +60,7 @@ def test_inline_backfill_over_a_bundle_tree(tmp_path):
     assert (first.found, first.diagnosed, first.skipped, first.failed) == (4, 3, 0, 1)
     assert first.failures[0]["attempt"].endswith("broken") and "attempt.yaml" in first.failures[0]["error"]
     assert sum(first.by_terminal_state.values()) == 3
+    assert first.maintenance == {"backend": "duckdb", "checkpointed": True}  # the night's last step
 
     with duckdb.connect(wh) as con:
         old = con.execute("SELECT job_id FROM diagnoses ORDER BY job_id LIMIT 1").fetchone()[0]
@@ -94,3 +95,22 @@ def test_backfill_cli_refuses_bad_windows(capsys, tmp_path):
     # spans count back from now: 1h ago is after 2h ago
     assert main(["backfill", "--inline", "--bundles", str(EXAMPLES), "--since", "1h", "--until", "2h", *wh]) == 2
     assert "must be before" in capsys.readouterr().err
+
+
+def test_a_failed_warehouse_maintenance_is_reported_and_fails_the_run(capsys, tmp_path, monkeypatch):
+    """The diagnoses are written before maintenance; its failure is the summary's and exit 1."""
+    from workload_attribution.cli import main
+    from workload_attribution.warehouse.store import Warehouse
+
+    def broken(self, *a, **k):
+        raise duckdb.IOException("IO Error: No space left on device")
+
+    monkeypatch.setattr(Warehouse, "maintain", broken)
+    tree = tmp_path / "tree"
+    shutil.copytree(EXAMPLES / "cuda_oom_one_rank-1-0", tree / "cuda_oom_one_rank-1-0")
+    wh = tmp_path / "w.duckdb"
+    args = ["backfill", "--inline", "--bundles", str(tree), "--since", "3650d", "--warehouse", str(wh)]
+    assert main(args) == 1
+    assert "WAREHOUSE MAINTENANCE FAILED: IOException: IO Error: No space left on device" in capsys.readouterr().out
+    with duckdb.connect(str(wh), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM diagnoses").fetchone() == (1,)
