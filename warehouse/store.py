@@ -388,10 +388,10 @@ class Warehouse:
 
     def maintain(self, snapshots_kept: timedelta = LAKE_SNAPSHOTS_KEPT) -> dict[str, Any]:
         """Keep a lake fast to read (the nightly backfill runs this after its attempts): rows
-        writers left in the catalog go to Parquet files, adjacent small files are merged, snapshots
-        older than `snapshots_kept` expire, and files no snapshot needs are deleted after
-        LAKE_FILES_GRACE (DuckLake's maintenance functions, in its CHECKPOINT's order). Returns what
-        was done, counted. A DuckDB file is checkpointed (its write-ahead log folded in)."""
+        writers left in the catalog go to Parquet files, files with deleted rows are rewritten and
+        adjacent small files merged, snapshots older than `snapshots_kept` expire, and files no
+        snapshot needs are deleted after LAKE_FILES_GRACE (DuckLake's maintenance functions). Returns
+        what was done, counted. A DuckDB file is checkpointed (its write-ahead log folded in)."""
         if self.lake is None:
             if not self.path.exists():
                 return {"backend": "duckdb", "skipped": "no warehouse file yet"}
@@ -399,24 +399,30 @@ class Warehouse:
                 self._retry(lambda: con.execute("CHECKPOINT"))
             return {"backend": "duckdb", "checkpointed": True}
         now = datetime.now(timezone.utc)
-        with _WRITE_LOCK:
-            with self.connect() as con:
-                flushed = self._retry(lambda: con.execute("CALL ducklake_flush_inlined_data('warehouse')").fetchall())
-                merged = self._retry(lambda: con.execute("CALL ducklake_merge_adjacent_files('warehouse')").fetchall())
-                expired = self._retry(
-                    lambda: con.execute(
-                        "CALL ducklake_expire_snapshots('warehouse', older_than => $t)", {"t": now - snapshots_kept}
-                    ).fetchall()
-                )
-                deleted = self._retry(
-                    lambda: con.execute(
-                        "CALL ducklake_cleanup_old_files('warehouse', older_than => $t)", {"t": now - LAKE_FILES_GRACE}
-                    ).fetchall()
-                )
+        with _WRITE_LOCK, self.connect() as con:
+            flushed = self._retry(lambda: con.execute("CALL ducklake_flush_inlined_data('warehouse')").fetchall())
+            # a file with deleted rows (an attempt diagnosed again) is never merged: rewritten first, whatever
+            # the share deleted (DuckLake's default waits for 95%), it merges with its neighbours again
+            rewritten = self._retry(
+                lambda: con.execute("CALL ducklake_rewrite_data_files('warehouse', delete_threshold => 0)").fetchall()
+            )
+            merged = self._retry(lambda: con.execute("CALL ducklake_merge_adjacent_files('warehouse')").fetchall())
+            expired = self._retry(
+                lambda: con.execute(
+                    "CALL ducklake_expire_snapshots('warehouse', older_than => $t)", {"t": now - snapshots_kept}
+                ).fetchall()
+            )
+            deleted = self._retry(
+                lambda: con.execute(
+                    "CALL ducklake_cleanup_old_files('warehouse', older_than => $t)", {"t": now - LAKE_FILES_GRACE}
+                ).fetchall()
+            )
         return {
             "backend": "ducklake",
             "rows_moved_to_files": sum(int(r[-1] or 0) for r in flushed),
-            "files_merged": len(merged),
+            # per table: (schema, table, files processed, files they became)
+            "files_rewritten": sum(int(r[2] or 0) for r in rewritten),
+            "files_merged": sum(int(r[2] or 0) for r in merged),
             "snapshots_expired": len(expired),
             "files_deleted": len(deleted),
         }

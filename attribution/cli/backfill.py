@@ -126,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
         elif upkeep.get("backend") == "ducklake":
             print(
                 f"  warehouse maintained: {upkeep['rows_moved_to_files']} rows moved from the catalog to files, "
-                f"{upkeep['snapshots_expired']} snapshots expired, {upkeep['files_deleted']} unneeded files deleted"
+                f"{upkeep['files_merged']} files merged, {upkeep['snapshots_expired']} snapshots expired, "
+                f"{upkeep['files_deleted']} unneeded files deleted"
             )
     failed = (
         summary["failed"]

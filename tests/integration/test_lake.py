@@ -204,4 +204,11 @@ def test_writes_stay_in_the_catalog_until_maintenance_moves_them_to_files(postgr
 
     lake.write(as_job(0))
     assert counts() == before  # the attempt's rows replaced, across files and catalog alike
+
+    for i in range(5, 8):  # the next day's attempts: their flushed files and the first day's merge
+        lake.write(as_job(i))
+    again = lake.maintain()
+    # the first day's files had rows deleted (job-0 again): rewritten, then merged with the new ones
+    assert again["rows_moved_to_files"] > 0 and again["files_rewritten"] > 0 and again["files_merged"] >= 2, again
+    assert counts()[0] == 8
     store._drop_lake_writer(url)
