@@ -151,11 +151,23 @@ def _extension(name: str) -> str:
 _NO_CONSTRAINTS = re.compile(r",\s*PRIMARY KEY\s*\([^)]*\)|\s+PRIMARY KEY(?=\s*[,)])", re.I)
 
 
+# What the catalog's PostgreSQL says when two transactions touched the same rows (SQLSTATE 40001,
+# 40P01): retrying is what it asks for. DuckLake passes it on as a plain Error (seen when a nightly
+# maintenance moved inlined rows out while a worker deleted some of them).
+_CATALOG_RETRY = ("could not serialize access", "deadlock detected")
+
+
 def _conflict(exc: Exception) -> bool:
-    """Another writer got there first: a commit conflict, or two processes creating a new lake's
-    catalog tables at the same moment (the loser's ATTACH fails; the next one finds them)."""
+    """Another writer got there first: a commit conflict, the catalog database's serialization
+    failure, or two processes creating a new lake's catalog tables at the same moment (the loser's
+    ATTACH fails; the next one finds them)."""
     text = str(exc).lower()
-    return isinstance(exc, duckdb.TransactionException) or "conflict" in text or "failed to initialize ducklake" in text
+    return (
+        isinstance(exc, duckdb.TransactionException)
+        or "conflict" in text
+        or "failed to initialize ducklake" in text
+        or any(s in text for s in _CATALOG_RETRY)
+    )
 
 
 def _no_lake_yet(exc: Exception) -> bool:
@@ -400,23 +412,30 @@ class Warehouse:
             return {"backend": "duckdb", "checkpointed": True}
         now = datetime.now(timezone.utc)
         with _WRITE_LOCK, self.connect() as con:
-            flushed = self._retry(lambda: con.execute("CALL ducklake_flush_inlined_data('warehouse')").fetchall())
+
+            def step(call: str, params: dict | None = None) -> list[tuple]:
+                # Each step is idempotent (what is left to move, merge or expire is moved, merged,
+                # expired), so one that lost a race with a writer is run again. DuckLake words some
+                # such failures only as "fetch from an unsuccessful query result" (seen when three
+                # processes maintained one lake while writing it): retried too, after a rollback.
+                def run() -> list[tuple]:
+                    try:
+                        return con.execute(f"CALL {call}", params).fetchall()
+                    except duckdb.Error as exc:
+                        _rollback(con)
+                        if "unsuccessful query result" in str(exc):
+                            raise duckdb.TransactionException(f"{call}: {first_line(exc)}") from exc
+                        raise
+
+                return self._retry(run)
+
+            flushed = step("ducklake_flush_inlined_data('warehouse')")
             # a file with deleted rows (an attempt diagnosed again) is never merged: rewritten first, whatever
             # the share deleted (DuckLake's default waits for 95%), it merges with its neighbours again
-            rewritten = self._retry(
-                lambda: con.execute("CALL ducklake_rewrite_data_files('warehouse', delete_threshold => 0)").fetchall()
-            )
-            merged = self._retry(lambda: con.execute("CALL ducklake_merge_adjacent_files('warehouse')").fetchall())
-            expired = self._retry(
-                lambda: con.execute(
-                    "CALL ducklake_expire_snapshots('warehouse', older_than => $t)", {"t": now - snapshots_kept}
-                ).fetchall()
-            )
-            deleted = self._retry(
-                lambda: con.execute(
-                    "CALL ducklake_cleanup_old_files('warehouse', older_than => $t)", {"t": now - LAKE_FILES_GRACE}
-                ).fetchall()
-            )
+            rewritten = step("ducklake_rewrite_data_files('warehouse', delete_threshold => 0)")
+            merged = step("ducklake_merge_adjacent_files('warehouse')")
+            expired = step("ducklake_expire_snapshots('warehouse', older_than => $t)", {"t": now - snapshots_kept})
+            deleted = step("ducklake_cleanup_old_files('warehouse', older_than => $t)", {"t": now - LAKE_FILES_GRACE})
         return {
             "backend": "ducklake",
             "rows_moved_to_files": sum(int(r[-1] or 0) for r in flushed),

@@ -90,7 +90,7 @@ def test_concurrent_writers_lose_nothing_and_views_match_local(postgres, seeded_
         for s in shards
     ]
     outs = [p.communicate(timeout=600) for p in procs]
-    assert [p.returncode for p in procs] == [0] * 3, [o[1][-2000:] for o in outs]
+    assert [p.returncode for p in procs] == [0] * 3, [(o[0][-1500:], o[1][-1500:]) for o in outs]  # summary, stderr
 
     os.environ["PGPASSWORD"] = postgres.password
     try:

@@ -99,3 +99,23 @@ def test_a_held_lock_makes_the_writer_wait_then_fail_loudly(tmp_path, diagnosis)
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_which_lake_errors_a_writer_retries():
+    """A lake write or maintenance step that lost a race is retried (the catalog's own serialization
+    failure included, as DuckLake words it); anything else fails at once, never retried blindly."""
+    import duckdb
+
+    from workload_attribution.warehouse.store import _conflict
+
+    raced = (
+        duckdb.TransactionException("TransactionContext Error: Transaction conflict: cannot update a table"),
+        duckdb.Error(
+            "Failed to delete flushed inlined data in DuckLake from table ducklake_inlined_data_7_3: Failed to execute "
+            'query "DELETE FROM ...": ERROR:  could not serialize access due to concurrent update'
+        ),
+        duckdb.Error("Failed to execute query: ERROR:  deadlock detected"),
+    )
+    assert all(_conflict(e) for e in raced)
+    failed = (duckdb.IOException("IO Error: No space left on device"), duckdb.CatalogException("no table x"))
+    assert not any(_conflict(e) for e in failed)
