@@ -1,7 +1,8 @@
 """The multi-writer warehouse for real: DuckLake with its catalog in a real PostgreSQL (Debian's
 package, started by tests/services/postgres.py) and a data path on disk. Three `attribution
-backfill` processes write at once, two of them the same attempts; afterwards no row is lost or
-doubled and every analyst view answers exactly as the local DuckDB file does for the same bundles."""
+backfill` processes write at once, two of them the same attempts, and each ends by maintaining the
+lake while the others may still write; afterwards no row is lost or doubled and every analyst view
+answers exactly as the local DuckDB file does for the same bundles."""
 
 from __future__ import annotations
 
