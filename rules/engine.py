@@ -147,11 +147,15 @@ def _load_csv(con: duckdb.DuckDBPyConnection, table: str, path: Path, all_varcha
         _CSV_TABLES[key] = (stamp, _as_json(con, table))
 
 
+def _load_pack_data(con: duckdb.DuckDBPyConnection, data: Path, temp: bool = False) -> None:
+    for table, all_varchar in PACK_DATA:
+        _load_csv(con, table, data / f"{table}.csv", all_varchar=all_varchar, temp=temp)
+
+
 def read_data_ahead(con: duckdb.DuckDBPyConnection, data: Path = DATA_DIR) -> None:
     """The pack's CSVs read once into this process's cache, ahead of the first attempt (on a
     connection of its own: what it makes is gone when that closes)."""
-    for table, all_varchar in PACK_DATA:
-        _load_csv(con, table, data / f"{table}.csv", all_varchar=all_varchar, temp=True)
+    _load_pack_data(con, data, temp=True)
 
 
 def _as_json(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, str, str] | None:
@@ -196,9 +200,7 @@ def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> N
     )
     locked = con.execute("SELECT current_setting('lock_configuration')").fetchone()
     if not (locked and locked[0]):  # the first time: load the pack's data, then lock the database
-        data = Path(pack.path) / "data" if pack.path else DATA_DIR
-        for table, all_varchar in PACK_DATA:
-            _load_csv(con, table, data / f"{table}.csv", all_varchar=all_varchar)
+        _load_pack_data(con, Path(pack.path) / "data" if pack.path else DATA_DIR)
         # An attempt whose observations fit in one row group (DuckDB's unit of parallel work) runs
         # its rules on one thread: a second has nothing to share and only adds the hand-over of
         # every pipeline (~15% of a tiny attempt's diagnosis), and what SQL leaves unordered (a

@@ -26,7 +26,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -340,13 +340,13 @@ class Warehouse:
             raise
         return con
 
-    def _retry(self, fn, attempts: int = 12):
+    def _retry(self, fn, attempts: int = 12, retryable: Callable[[Exception], bool] = _conflict):
         """Run fn, retrying a transaction another writer's commit made conflict (DuckLake)."""
         for i in range(attempts):
             try:
                 return fn()
             except duckdb.Error as exc:
-                if not _conflict(exc) or i == attempts - 1:
+                if not retryable(exc) or i == attempts - 1:
                     raise
                 time.sleep(min(2.0, 0.05 * 2**i) * (1 + random.random()))
 
@@ -421,13 +421,11 @@ class Warehouse:
                 def run() -> list[tuple]:
                     try:
                         return con.execute(f"CALL {call}", params).fetchall()
-                    except duckdb.Error as exc:
+                    except duckdb.Error:
                         _rollback(con)
-                        if "unsuccessful query result" in str(exc):
-                            raise duckdb.TransactionException(f"{call}: {first_line(exc)}") from exc
                         raise
 
-                return self._retry(run)
+                return self._retry(run, retryable=lambda e: _conflict(e) or "unsuccessful query result" in str(e))
 
             flushed = step("ducklake_flush_inlined_data('warehouse')")
             # a file with deleted rows (an attempt diagnosed again) is never merged: rewritten first, whatever

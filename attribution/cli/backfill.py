@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
             on_window=on_window,
             cfg=cfg,
         ).as_dict()
+    upkeep = summary.get("warehouse_maintenance") or {}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -120,7 +121,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"  DISCOVERY FAILED {f['where']}: {f['error']}")
         for f in summary["failures"]:
             print(f"  FAILED {f['attempt']}: {f['error']}")
-        upkeep = summary.get("warehouse_maintenance") or {}
         if "error" in upkeep:
             print(f"  WAREHOUSE MAINTENANCE FAILED: {upkeep['error']}")
         elif upkeep.get("backend") == "ducklake":
@@ -129,9 +129,5 @@ def run(args: argparse.Namespace) -> int:
                 f"{upkeep['files_merged']} files merged, {upkeep['snapshots_expired']} snapshots expired, "
                 f"{upkeep['files_deleted']} unneeded files deleted"
             )
-    failed = (
-        summary["failed"]
-        or summary.get("discovery_failures")
-        or "error" in (summary.get("warehouse_maintenance") or {})
-    )
+    failed = summary["failed"] or summary.get("discovery_failures") or "error" in upkeep
     return EXIT_BUG if failed else EXIT_OK
