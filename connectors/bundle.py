@@ -25,9 +25,10 @@ from workload_attribution.connectors.registry import CollectContext, Collected, 
 from workload_attribution.connectors.text import SQL_DIR, TextFile, scan_files
 from workload_attribution.connectors.topology import MAX_TOPOLOGY_BYTES, TopologyError, check_size, links_from_yaml
 from workload_attribution.contracts.errors import BadInput
-from workload_attribution.contracts.lines import file_kind, printable_name, read_pieces, read_regular
 from workload_attribution.contracts.models import HOST_NAME, MAX_HOST, TEXT, AttemptScope, Coverage, CoverageStatus
-from workload_attribution.contracts.staging import connected, insert_observations, one, render, scalar
+from workload_attribution.staging.database import connected, one, render, scalar
+from workload_attribution.staging.files import file_kind, printable_name, read_pieces, read_regular
+from workload_attribution.staging.observations import insert_observations
 
 # libyaml's C loader when present: the same safe subset, ~15x faster than the pure-Python one.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -15,9 +15,9 @@ from pydantic import Field
 
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.connectors.text import TextFile, scan_files
-from workload_attribution.contracts.lines import file_kind, printable_name
 from workload_attribution.contracts.models import Coverage, CoverageStatus
-from workload_attribution.contracts.staging import connected
+from workload_attribution.staging.database import connected
+from workload_attribution.staging.files import file_kind, printable_name
 
 CONNECTOR = "files"
 

@@ -23,9 +23,9 @@ from typing import Literal
 from pydantic import Field
 
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
-from workload_attribution.contracts.lines import Line, stage_lines
 from workload_attribution.contracts.models import Coverage, CoverageStatus
-from workload_attribution.contracts.staging import connected, contains_any, naive_utc, one
+from workload_attribution.staging.database import connected, contains_any, naive_utc, one
+from workload_attribution.staging.lines import Line, stage_lines
 
 CONNECTOR = "journald"
 

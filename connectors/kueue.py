@@ -23,7 +23,8 @@ from workload_attribution.connectors.registry import CollectContext, Collected, 
 from workload_attribution.contracts.errors import BadInput, SourceError
 from workload_attribution.contracts.identity import K8S_NAME
 from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus, Observation
-from workload_attribution.contracts.staging import connected, insert_observations
+from workload_attribution.staging.database import connected
+from workload_attribution.staging.observations import insert_observations
 
 if TYPE_CHECKING:  # at run time httpx is imported where a request is made: the offline path never pays for it
     import httpx

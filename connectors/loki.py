@@ -20,9 +20,9 @@ from pydantic import Field
 
 from workload_attribution.connectors.http import escape_double_quoted, http_get
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
-from workload_attribution.contracts.lines import Line, stage_lines
 from workload_attribution.contracts.models import Coverage, CoverageStatus
-from workload_attribution.contracts.staging import connected
+from workload_attribution.staging.database import connected
+from workload_attribution.staging.lines import Line, stage_lines
 
 if TYPE_CHECKING:  # at run time httpx is imported where a request is made: the offline path never pays for it
     import httpx

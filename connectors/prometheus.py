@@ -22,7 +22,8 @@ from pydantic import Field
 from workload_attribution.connectors.http import escape_double_quoted, http_get
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.contracts.models import Coverage, CoverageStatus, Observation
-from workload_attribution.contracts.staging import connected, insert_observations
+from workload_attribution.staging.database import connected
+from workload_attribution.staging.observations import insert_observations
 
 if TYPE_CHECKING:  # at run time httpx is imported where a request is made: the offline path never pays for it
     import httpx

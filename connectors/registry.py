@@ -10,7 +10,7 @@ module in this package that registers its configuration model beside its collect
 
     @register("journald", JournaldSource)
     def collect(ctx: CollectContext[JournaldSource]) -> Collected:
-        ...   # read, stage (contracts.lines.stage_lines / contracts.staging.insert_observations)
+        ...   # read, stage (staging.lines.stage_lines / staging.observations.insert_observations)
         return Collected(Coverage(source=ctx.source, connector="journald", status=...))
 
 Errors worth retrying (transport errors, timeouts, 429, 5xx) raise
@@ -54,7 +54,7 @@ class CollectContext(Generic[C]):
 
     source: str  # the source's name in this attempt: app, syslog, metrics, sacct ...
     scope: AttemptScope
-    staging: str  # the attempt's staging database (contracts.staging.connected)
+    staging: str  # the attempt's staging database (staging.database.connected)
     config: C
     prefilter: tuple[str, ...] = ()  # the rules' literals for this source: lines with none are not kept
     transport: Any = None  # an httpx transport to talk through (tests); None: the network

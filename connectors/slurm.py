@@ -26,7 +26,8 @@ from workload_attribution.contracts.errors import BadInput, SourceError, Transie
 from workload_attribution.contracts.hostlist import expand_hostlist
 from workload_attribution.contracts.identity import SLURM_JOB_ID
 from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus
-from workload_attribution.contracts.staging import connected, insert_observations
+from workload_attribution.staging.database import connected
+from workload_attribution.staging.observations import insert_observations
 
 if TYPE_CHECKING:  # at run time httpx is imported where a request is made: the offline path never pays for it
     import httpx

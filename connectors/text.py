@@ -1,6 +1,6 @@
 """Text log files -> staging: read in pieces, split and pre-filtered in DuckDB, only hits kept.
 
-Lines are never held in Python lists: a file is read in pieces of whole lines (contracts/lines.py
+Lines are never held in Python lists: a file is read in pieces of whole lines (staging/files.py
 read_pieces: about PIECE_BYTES at a time, a line cut at MAX_LINE with the rest counted), DuckDB
 splits each piece and applies the rules' literal pre-filter; only matching lines (with their line
 numbers) are stored. Memory stays flat whatever the size of a file or a line. Bytes that are not
@@ -22,7 +22,9 @@ from pathlib import Path
 
 import duckdb
 
-from workload_attribution.contracts.lines import (
+from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus
+from workload_attribution.staging.database import contains_any, naive_utc, render
+from workload_attribution.staging.files import (
     COMPRESSED_SUFFIXES,
     MAX_LINE,
     PIECE_BYTES,
@@ -33,8 +35,6 @@ from workload_attribution.contracts.lines import (
     plain_text,
     read_pieces,
 )
-from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus
-from workload_attribution.contracts.staging import contains_any, naive_utc, render
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"
 # A file whose stamped lines all lie further than this before the attempt's start or after its end
@@ -274,7 +274,7 @@ def _day(t: datetime) -> str:
 def apply_spans(
     cov: Coverage, spans: list[tuple[str, str, str | None, datetime | None, datetime | None]], scope: AttemptScope
 ) -> None:
-    """After normalising (contracts/lines.py normalize: each scanned file's first and last stamps),
+    """After normalising (staging/files.py normalize: each scanned file's first and last stamps),
     a source's files whose stamps all lie before the attempt's start or all after its end
     (WINDOW_SLACK either side) are named in its coverage; their hosts are not covered by them, and
     a source with nothing else to say is `empty`."""

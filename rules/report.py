@@ -18,9 +18,9 @@ from workload_attribution.contracts.models import (
     RulesStamp,
     Symptom,
 )
-from workload_attribution.contracts.staging import rows
 from workload_attribution.contracts.vocabulary import ISOLATING_ACTIONS, Action
 from workload_attribution.rules.engine import RunResult
+from workload_attribution.staging.database import rows
 
 # Evidence records kept per symptom group (the count says how many lines there were).
 EVIDENCE_PER_SYMPTOM = 3

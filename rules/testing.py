@@ -13,18 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from workload_attribution.contracts.lines import Line, normalize, stage_lines
 from workload_attribution.contracts.models import AttemptScope, Observation
-from workload_attribution.contracts.staging import (
-    connected,
-    create_staging,
-    insert_observations,
-    release_staging,
-    rows,
-    scalar,
-)
 from workload_attribution.rules.engine import RunResult, Settings, prepare, run_rule
 from workload_attribution.rules.pack import Pack, PackTest, Rule, RuleTest
+from workload_attribution.staging.attempt import create_staging
+from workload_attribution.staging.database import connected, release_staging, rows, scalar
+from workload_attribution.staging.lines import Line, stage_lines
+from workload_attribution.staging.normalize import normalize
+from workload_attribution.staging.observations import insert_observations
 
 DEFAULT_ATTEMPT = {
     "cluster": "test",

@@ -15,7 +15,6 @@ import duckdb
 
 from workload_attribution.contracts.errors import first_line
 from workload_attribution.contracts.models import AttemptScope
-from workload_attribution.contracts.staging import connected, create_staging, release_staging
 from workload_attribution.rules.engine import (
     RuleRuntimeError,
     Settings,
@@ -25,6 +24,8 @@ from workload_attribution.rules.engine import (
     single_select,
 )
 from workload_attribution.rules.pack import Pack, RuleFileError, validate_pack
+from workload_attribution.staging.attempt import create_staging
+from workload_attribution.staging.database import connected, release_staging
 
 _PROBE = AttemptScope(
     cluster="validate",

@@ -23,7 +23,6 @@ from workload_attribution.connectors.registry import CollectContext, Collected, 
 from workload_attribution.connectors.text import apply_spans
 from workload_attribution.contracts.errors import BadInput, SourceError, first_line
 from workload_attribution.contracts.identity import Target
-from workload_attribution.contracts.lines import normalize
 from workload_attribution.contracts.models import (
     EARLIEST,
     LATEST,
@@ -33,11 +32,14 @@ from workload_attribution.contracts.models import (
     Diagnosis,
     Observation,
 )
-from workload_attribution.contracts.staging import connected, create_staging, insert_observations, release_staging
 from workload_attribution.contracts.vocabulary import Scheduler
 from workload_attribution.rules import report
 from workload_attribution.rules.engine import Settings, prepare, run_phases
 from workload_attribution.rules.pack import Pack
+from workload_attribution.staging.attempt import create_staging
+from workload_attribution.staging.database import connected, release_staging
+from workload_attribution.staging.normalize import normalize
+from workload_attribution.staging.observations import insert_observations
 
 
 @dataclass

@@ -36,7 +36,8 @@ WORKED = ROOT / "tests" / "examples" / "xid149-worked"
 def staging():
     """A fresh staging database with the log-time macros, as a connection."""
     from workload_attribution.contracts.models import AttemptScope
-    from workload_attribution.contracts.staging import connect, create_staging, release_staging
+    from workload_attribution.staging.attempt import create_staging
+    from workload_attribution.staging.database import connect, release_staging
 
     scope = AttemptScope(
         cluster="c",

@@ -38,7 +38,7 @@ import duckdb
 
 from workload_attribution.contracts.errors import BadInput, NotStored, first_line
 from workload_attribution.contracts.models import Diagnosis
-from workload_attribution.contracts.staging import scalar
+from workload_attribution.staging.database import scalar
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 VIEWS_DIR = Path(__file__).resolve().parent / "views"

@@ -1,5 +1,5 @@
 -- Prometheus text exposition with sample timestamps (ms) -> prom_parsed, one piece of a file at a
--- time (contracts/lines.py read_pieces): $content holds lines $first .. of the file.
+-- time (staging/files.py read_pieces): $content holds lines $first .. of the file.
 -- A timestamp outside 1970..2200 (or past BIGINT) is no time: the sample is counted, not stored.
 CREATE OR REPLACE TEMP TABLE prom_parsed AS
 WITH f AS (

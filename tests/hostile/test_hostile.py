@@ -225,7 +225,7 @@ def test_one_unreadable_host_log_costs_that_host(tmp_path, monkeypatch):
     """A host's log that cannot be opened (permission denied: root reads every file, so the refusal
     is made here) is named in coverage; the other hosts' lines are read, the verdict stands."""
     from tests.helpers import diagnose
-    from workload_attribution.contracts import lines
+    from workload_attribution.staging import files as lines
 
     b = tmp_path / "b"
     shutil.copytree(corpus.WORKED, b)

@@ -136,7 +136,8 @@ def slurm(tmp_path_factory):
 def staged():
     """The worked example's scope and a fresh staging database for it."""
     from workload_attribution.connectors.bundle import load_scope
-    from workload_attribution.contracts.staging import create_staging, release_staging
+    from workload_attribution.staging.attempt import create_staging
+    from workload_attribution.staging.database import release_staging
 
     scope = load_scope(WORKED)
     path = create_staging(scope)

@@ -9,8 +9,9 @@ from tests.services.kube_standin import KubeStandIn
 from workload_attribution.connectors.kueue import KueueSource, fetch, scope_from
 from workload_attribution.contracts.errors import TransientSourceError
 from workload_attribution.contracts.models import CoverageStatus
-from workload_attribution.contracts.staging import create_staging, release_staging
 from workload_attribution.rules.pack import default_pack
+from workload_attribution.staging.attempt import create_staging
+from workload_attribution.staging.database import release_staging
 
 OOM = EXAMPLES / "host_oom_kueue-1-0"
 PREEMPTED = EXAMPLES / "kueue_preempted-1-0"

@@ -16,8 +16,9 @@ from workload_attribution.connectors.bundle import load_scope
 from workload_attribution.connectors.loki import LokiSource, render_selector
 from workload_attribution.contracts.errors import TransientSourceError
 from workload_attribution.contracts.models import CoverageStatus
-from workload_attribution.contracts.staging import connect, create_staging, release_staging
 from workload_attribution.rules.pack import default_pack
+from workload_attribution.staging.attempt import create_staging
+from workload_attribution.staging.database import connect, release_staging
 
 
 def _ns_times(lines: list[str], tz: str, ref) -> list[int]:

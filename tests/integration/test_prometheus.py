@@ -11,7 +11,8 @@ from tests.helpers import collect_bundle, coverage_of
 from workload_attribution.connectors.prometheus import PrometheusSource, promql_regex_string, render_query
 from workload_attribution.contracts.errors import TransientSourceError
 from workload_attribution.contracts.models import CoverageStatus
-from workload_attribution.contracts.staging import connect, create_staging, release_staging
+from workload_attribution.staging.attempt import create_staging
+from workload_attribution.staging.database import connect, release_staging
 
 
 def test_reads_backfilled_dcgm_series_back(prometheus, staged):

@@ -14,7 +14,8 @@ from tests.helpers import coverage_of
 from workload_attribution.connectors.slurm import NotASlurmJob, SlurmError, SlurmSource, discover_failed, scope_job
 from workload_attribution.contracts.errors import TransientSourceError
 from workload_attribution.contracts.models import CoverageStatus
-from workload_attribution.contracts.staging import connect, create_staging, release_staging
+from workload_attribution.staging.attempt import create_staging
+from workload_attribution.staging.database import connect, release_staging
 
 
 def sbatch(env, *args) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tomllib
 import zipfile
 
 import pytest
@@ -37,15 +38,13 @@ def test_the_package_comes_from_the_wheel(venv):
 def test_the_wheel_holds_every_data_file_of_the_packages(venv):
     wheel = next((venv.parent.parent / "dist").glob("*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    folders = {"contracts", "connectors", "rules", "warehouse", "tasks", "flows"}
+    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    installed_as = {folder: package.replace(".", "/") for package, folder in mapping.items()}
     tracked = subprocess.run(["git", "ls-files"], capture_output=True, text=True, cwd=ROOT).stdout.split()
     missing = []
     for f in tracked:
         top, _, rest = f.partition("/")
-        if top in folders and not f.endswith("/__init__.py"):
-            if f"workload_attribution/{top}/{rest}" not in names:
-                missing.append(f)
-        elif top == "attribution" and f"workload_attribution/{rest}" not in names:
+        if top in installed_as and f"{installed_as[top]}/{rest}" not in names:
             missing.append(f)
     assert missing == []
 

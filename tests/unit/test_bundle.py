@@ -10,10 +10,11 @@ import pytest
 from tests.conftest import WORKED
 from tests.helpers import collect_bundle
 from workload_attribution.connectors.bundle import BundleError, load_scope
-from workload_attribution.contracts.lines import normalize
 from workload_attribution.contracts.models import CoverageStatus
-from workload_attribution.contracts.staging import connect, create_staging, release_staging
 from workload_attribution.rules.pack import default_pack
+from workload_attribution.staging.attempt import create_staging
+from workload_attribution.staging.database import connect, release_staging
+from workload_attribution.staging.normalize import normalize
 
 
 @pytest.fixture

@@ -88,11 +88,12 @@ def test_only_the_named_commands_parser_is_built():
 
 def test_a_staging_database_made_ahead_is_the_next_attempts():
     from workload_attribution.connectors.bundle import load_scope
-    from workload_attribution.contracts import staging
     from workload_attribution.rules import engine
+    from workload_attribution.staging import ahead, database
+    from workload_attribution.staging.attempt import create_staging
 
     def catalog(path):
-        with staging.connected(path) as con:
+        with database.connected(path) as con:
             return con.execute(
                 "SELECT 'table', table_name, column_name, data_type FROM information_schema.columns UNION ALL "
                 "SELECT 'macro', function_name, parameters::VARCHAR, macro_definition FROM duckdb_functions() "
@@ -103,17 +104,17 @@ def test_a_staging_database_made_ahead_is_the_next_attempts():
             ).fetchall()
 
     scope = load_scope(WORKED)
-    usual = staging.create_staging(scope)
+    usual = create_staging(scope)
     engine._CSV_TABLES.clear()
-    staging.stage_ahead(engine.read_data_ahead)
-    ahead = staging.create_staging(scope)
+    ahead.stage_ahead(engine.read_data_ahead)
+    made_ahead = create_staging(scope)
     try:
-        assert ahead != usual and not staging._ahead
-        assert catalog(ahead) == catalog(usual)
+        assert made_ahead != usual and not ahead._ahead
+        assert catalog(made_ahead) == catalog(usual)
         # the shipped pack's data read into the cache, its tables gone with the connection that read them
         assert {Path(p).name for p, _ in engine._CSV_TABLES} == {"xid_catalog.csv", "nvlink5_decode.csv"}
-        with staging.connected(ahead) as con:
+        with database.connected(made_ahead) as con:
             assert not con.execute("SELECT * FROM duckdb_tables() WHERE temporary").fetchall()
     finally:
-        staging.release_staging(usual)
-        staging.release_staging(ahead)
+        database.release_staging(usual)
+        database.release_staging(made_ahead)

@@ -24,10 +24,10 @@ from workload_attribution.connectors.prometheus import PrometheusSource
 from workload_attribution.connectors.slurm import SlurmSource
 from workload_attribution.contracts.identity import Target
 from workload_attribution.contracts.models import AttemptScope
-from workload_attribution.contracts.staging import create_staging
 from workload_attribution.flows import inline
 from workload_attribution.flows.pipeline import Options, attribute_story
 from workload_attribution.rules.pack import default_pack
+from workload_attribution.staging.attempt import create_staging
 from workload_attribution.tasks import steps
 
 NODES = ["gpu-a01", "gpu-a02"]

@@ -15,11 +15,14 @@ import zstandard
 from tests.conftest import WORKED
 from tests.helpers import collect_bundle, diagnose
 from workload_attribution.connectors.bundle import _node_of, load_scope
-from workload_attribution.contracts.lines import Line, normalize, plain_text, stage_lines
 from workload_attribution.contracts.models import CoverageStatus
-from workload_attribution.contracts.staging import connect, create_staging, release_staging
 from workload_attribution.rules.engine import Settings, prepare
 from workload_attribution.rules.pack import default_pack
+from workload_attribution.staging.attempt import create_staging
+from workload_attribution.staging.database import connect, release_staging
+from workload_attribution.staging.files import plain_text
+from workload_attribution.staging.lines import Line, stage_lines
+from workload_attribution.staging.normalize import normalize
 
 
 def gz(data: bytes) -> bytes:

@@ -19,8 +19,9 @@ from tests.services.fault_server import FaultServer
 from tests.services.loki_standin import parse_query
 from workload_attribution.connectors import kueue, loki, prometheus, slurm
 from workload_attribution.contracts.models import AttemptScope
-from workload_attribution.contracts.staging import create_staging, release_staging
 from workload_attribution.rules.pack import default_pack
+from workload_attribution.staging.attempt import create_staging
+from workload_attribution.staging.database import release_staging
 
 HOSTILE = [
     'gpu-a01"} or vector(1) #',  # break out of the PromQL string / selector

@@ -14,7 +14,8 @@ from tests.helpers import collect
 from workload_attribution.connectors import registry
 from workload_attribution.connectors.journald import JournaldSource
 from workload_attribution.contracts.models import AttemptScope
-from workload_attribution.contracts.staging import connected, create_staging, release_staging
+from workload_attribution.staging.attempt import create_staging
+from workload_attribution.staging.database import connected, release_staging
 
 START = datetime(2026, 11, 20, 10, 0, tzinfo=timezone.utc)
 END = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)

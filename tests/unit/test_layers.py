@@ -1,30 +1,38 @@
 """The import picture has no arrow from a lower layer to a higher one (checked on the source's AST,
 every import, module level or inside a function):
 
-    interfaces (CLI, service, dashboard: the package root, attribution/)
-      -> flows -> tasks -> connectors | rules | warehouse (never on each other) -> contracts (nothing)
+    interfaces (CLI, service, dashboard: the package root, interfaces/)
+      -> flows -> tasks -> connectors | rules | warehouse (never on each other)
+      -> staging -> contracts (nothing)
+
+The folders and their import names come from pyproject.toml's package-dir table, the one place
+that maps them.
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "workload_attribution"
-FOLDERS = {
-    "contracts": "contracts",
-    "connectors": "connectors",
-    "rules": "rules",
-    "warehouse": "warehouse",
-    "tasks": "tasks",
-    "flows": "flows",
-    "interfaces": "attribution",
+MAPPING = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+# layer name -> folder, from the mapping: the package root is the interfaces
+FOLDERS = {(name.split(".")[1] if "." in name else "interfaces"): folder for name, folder in MAPPING.items()}
+LAYER = {
+    "contracts": 0,
+    "staging": 1,
+    "connectors": 2,
+    "rules": 2,
+    "warehouse": 2,
+    "tasks": 3,
+    "flows": 4,
+    "interfaces": 5,
 }
-LAYER = {"contracts": 0, "connectors": 1, "rules": 1, "warehouse": 1, "tasks": 2, "flows": 3, "interfaces": 4}
-TOP_LEVEL_NAMES = {"contracts", "connectors", "rules", "warehouse", "tasks", "flows", "attribution"}
+TOP_LEVEL_NAMES = set(FOLDERS.values()) | set(FOLDERS)
 
 
 def package_of(module: str) -> str:
@@ -55,6 +63,7 @@ def sources():
 
 
 def test_every_module_is_checked():
+    assert set(FOLDERS) == set(LAYER), "every mapped folder has a layer here"
     found = {layer for layer, _ in sources()}
     assert found == set(LAYER)
     assert sum(1 for _ in sources()) > 40

@@ -220,7 +220,7 @@ def test_a_forms_guard_never_hides_a_line_of_that_form(staging):
     import re
     from pathlib import Path
 
-    from workload_attribution.contracts.staging import SQL_DIR
+    from workload_attribution.staging.database import SQL_DIR
 
     root = Path(__file__).resolve().parents[1]
     lines = set()

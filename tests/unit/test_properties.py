@@ -20,7 +20,7 @@ from tests.services.loki_standin import parse_query
 from workload_attribution.connectors.loki import render_selector
 from workload_attribution.connectors.prometheus import render_query
 from workload_attribution.contracts.hostlist import HostlistError, expand_hostlist
-from workload_attribution.contracts.staging import sql
+from workload_attribution.staging.database import sql
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SQL_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # a query each

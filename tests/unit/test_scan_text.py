@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workload_attribution.connectors import text
-from workload_attribution.contracts.lines import ReadStats, read_pieces
-from workload_attribution.contracts.staging import contains_any
+from workload_attribution.staging.database import contains_any
+from workload_attribution.staging.files import ReadStats, read_pieces
 
 PREFILTER = ["Xid", "a b", "é€", "\r\r"]
 

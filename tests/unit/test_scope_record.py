@@ -21,7 +21,7 @@ from tests.conftest import EXAMPLES
 from tests.helpers import diagnose
 from workload_attribution.contracts.hostlist import expand_hostlist
 from workload_attribution.contracts.identity import Target
-from workload_attribution.contracts.staging import connected
+from workload_attribution.staging.database import connected
 from workload_attribution.tasks import steps
 
 SOURCE = EXAMPLES / "xid79_offbus_cascade-1-0"

@@ -205,8 +205,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _stage_ahead() -> None:
     """The first attempt's staging database made, and the shipped pack's data read, on another
-    thread while this one reads the configuration and the rules pack (contracts/staging.py)."""
-    from workload_attribution.contracts.staging import stage_ahead
+    thread while this one reads the configuration and the rules pack (staging/ahead.py)."""
+    from workload_attribution.staging.ahead import stage_ahead
 
     stage_ahead(_read_data_ahead)
 

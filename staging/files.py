@@ -1,28 +1,21 @@
-"""Log lines in staging: how raw lines enter (`stage_lines`) and how they are normalised
-(`normalize`: line prefixes, timestamps of every form, ranks; continuation lines inherit the time
-of the line before them). Every text source ends here, whoever collected it.
-"""
+"""Reading log files safely: only regular files (never blocking on a FIFO), in pieces of whole
+lines (memory flat whatever the file or one of its lines), gzip and zstd streamed to a temporary
+copy, and file-system names shown escaped."""
 
 from __future__ import annotations
 
-import bisect
 import os
 import stat
 import tempfile
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
-import duckdb
 import zstandard
 
-from workload_attribution.contracts.staging import LONG_LINE, MAX_TEXT, naive_utc, render, scalar, sql
-
-# How many lines before and after a continuation line are searched for the stamps around it.
-CONTEXT_LINES = 48
+from workload_attribution.staging.database import LONG_LINE
 
 # Compressed logs (rotated and exported) are known by their magic bytes; a name ending in one of
 # COMPRESSED_SUFFIXES only claims to be compressed, and an archive that is not is reported.
@@ -42,46 +35,6 @@ MAX_LINE = LONG_LINE
 # Names from the file system (file names, host names taken from them) are shown escaped and at
 # most this long, in every output.
 MAX_NAME = 160
-
-
-@dataclass(frozen=True)
-class Line:
-    """One raw line as a connector got it. `collector_time` is the time the collector stamped
-    (Loki, journald), used when the line itself carries none."""
-
-    text: str
-    lineno: int
-    collector_time: datetime | None = None
-
-
-def stage_lines(
-    con: duckdb.DuckDBPyConnection,
-    source: str,
-    connector: str,
-    node: str | None,
-    ref: str,
-    lines: Sequence[Line],
-    total_lines: int | None = None,
-) -> int:
-    """Store one stream's lines (a file, a host's stream) as raw lines; returns the file id.
-    `ref` is how evidence names the stream (a path, a query); `total_lines` how many lines the
-    stream had before any pre-filter (for coverage), default len(lines)."""
-    file_id = scalar(con, "SELECT nextval('file_seq')")
-    con.execute(
-        "INSERT INTO source_files VALUES (?, ?, ?, ?, ?, ?, 0, 0, NULL, NULL)",
-        [file_id, source, connector, node, ref, len(lines) if total_lines is None else total_lines],
-    )
-    if lines:
-        con.execute(
-            "INSERT INTO raw_lines SELECT $f, unnest($n), unnest($l), NULL, unnest($t)",
-            {
-                "f": file_id,
-                "n": [x.lineno for x in lines],
-                "l": [x.text[:MAX_TEXT] for x in lines],
-                "t": [naive_utc(x.collector_time) for x in lines],
-            },
-        )
-    return file_id
 
 
 def printable_name(name: str, most: int = MAX_NAME) -> str:
@@ -309,89 +262,3 @@ def plain_text(path: Path) -> Iterator[PlainText]:
         yield PlainText(Path(name) if not problem or os.path.getsize(name) else None, problem)
     finally:
         os.unlink(name)
-
-
-@dataclass
-class Normalized:
-    """What normalising found for coverage: per source, lines whose stamp is outside 1970..2200
-    (`far`), and each scanned file's first and last stamps (of its first and last lines; None
-    when they have none) as (source, path, node, first, last) rows: `spans`."""
-
-    far: dict[str, int]
-    spans: list[tuple[str, str, str | None, datetime | None, datetime | None]]
-
-
-def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref, files_by_ref: dict[str, Path]) -> Normalized:
-    """raw_lines -> log_lines, then continuation lines take their time and interval from the
-    stamped lines around them in their file (read again, streamed, only around those lines).
-    A stamp outside 1970..2200 is no time (the line is like one without a stamp), counted."""
-    con.execute(sql("parse_lines.sql"), {"tz": tz, "ref": ref})
-    n = scalar(con, "SELECT count(*) FROM parsed_lines WHERE kind = 'raw'")
-    # the lines' ids, taken from obs_seq as one block (nothing else draws from it meanwhile) and
-    # given in file order: an id says where a line stands, whatever order DuckDB reads them in
-    last = scalar(con, "SELECT max(nextval('obs_seq')) FROM range($n)", {"n": n}) if n else 0
-    con.execute(render("normalize_lines.sql", max_text=MAX_TEXT), {"base": (last or 0) - n})
-    spans = [
-        tuple(r)
-        for r in con.execute(
-            """
-            SELECT s.source, s.path, s.node,
-                   min(p.stamp) FILTER (WHERE p.kind = 'head' AND p.stamp >= TIMESTAMP '1970-01-02'
-                                        AND p.stamp < TIMESTAMP '2200-01-01'),
-                   max(p.stamp) FILTER (WHERE p.kind = 'tail' AND p.stamp >= TIMESTAMP '1970-01-02'
-                                        AND p.stamp < TIMESTAMP '2200-01-01')
-            FROM source_files s LEFT JOIN parsed_lines p ON p.file_id = s.file_id AND p.kind != 'raw'
-            WHERE s.head IS NOT NULL
-            GROUP BY ALL
-            """
-        ).fetchall()
-    ]
-    con.execute("DROP TABLE IF EXISTS parsed_lines")
-    far = dict(
-        con.execute("SELECT source, count(*) FROM log_lines WHERE time_quality = 'far' GROUP BY source").fetchall()
-    )
-    if far:
-        con.execute("UPDATE log_lines SET time_quality = 'none' WHERE time_quality = 'far'")
-    done = Normalized(far, spans)
-    needing = [
-        r[0]
-        for r in con.execute(
-            "SELECT DISTINCT path FROM log_lines WHERE time_quality = 'none' AND path IS NOT NULL ORDER BY path"
-        ).fetchall()
-        if r[0] in files_by_ref
-    ]
-    if not needing:
-        return done
-    con.execute("CREATE OR REPLACE TEMP TABLE line_window (path VARCHAR, lineno BIGINT, line VARCHAR)")
-    for ref_path in needing:  # the file read once, in pieces; only the pieces holding a window go to DuckDB
-        with plain_text(files_by_ref[ref_path]) as plain:
-            if plain.path is not None:
-                _window(con, ref_path, plain.path)
-    con.execute(render("inherit_time.sql", context=CONTEXT_LINES), {"tz": tz, "ref": ref})
-    return done
-
-
-def _window(con: duckdb.DuckDBPyConnection, ref_path: str, path: Path) -> None:
-    """The lines around one file's lines with no time, into line_window."""
-    need = [
-        r[0]
-        for r in con.execute(
-            f"""SELECT DISTINCT unnest(range(greatest(1, lineno - {CONTEXT_LINES}), lineno + {CONTEXT_LINES} + 1)) AS n
-                FROM log_lines WHERE path = $ref AND time_quality = 'none' ORDER BY n""",
-            {"ref": ref_path},
-        ).fetchall()
-    ]
-    if not need:
-        return
-    query = render("line_window.sql", max_text=MAX_TEXT)
-    try:
-        for piece in read_pieces(path):
-            last = piece.first + piece.lines - 1
-            lo = bisect.bisect_left(need, piece.first)
-            hi = bisect.bisect_right(need, last)
-            if lo < hi:
-                con.execute(query, {"ref": ref_path, "content": piece.text, "first": piece.first, "n": need[lo:hi]})
-            if hi >= len(need):
-                break
-    except OSError:  # gone or swapped since the scan: those lines keep no time
-        return

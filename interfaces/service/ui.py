@@ -1,4 +1,4 @@
-"""/ui: the read-only dashboard (plain HTML and inline SVG; see attribution/dashboard.py)."""
+"""/ui: the read-only dashboard (plain HTML and inline SVG; see interfaces/dashboard.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
--- The lines of one piece of a source file (lines $first .. of the file, contracts/lines.py
+-- The lines of one piece of a source file (lines $first .. of the file, staging/files.py
 -- read_pieces) that are around its lines carrying no time of their own, for inherit_time.sql.
 -- $n: the line numbers wanted in this piece; $ref: how log_lines names the file.
 INSERT INTO line_window

@@ -1,8 +1,8 @@
 -- parsed_lines (parse_lines.sql) -> log_lines, numbered in file order from $base + 1 (ids that
--- contracts/lines.py took from obs_seq for them).
+-- staging/normalize.py took from obs_seq for them).
 -- A line with a time of its own was written then: its interval [time_lo, time_hi] is that instant.
 -- A stamp outside 1970..2200 (year 10000 in UTC, year 1, 1969) is no log's: the line gets no time
--- and time_quality 'far' (contracts/lines.py counts those lines, then treats them as lines without one).
+-- and time_quality 'far' (staging/normalize.py counts those lines, then treats them as lines without one).
 INSERT INTO log_lines
 WITH ranged AS (
     SELECT *, CASE WHEN stamp >= TIMESTAMP '1970-01-02' AND stamp < TIMESTAMP '2200-01-01' THEN stamp END AS t

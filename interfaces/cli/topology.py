@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
         links_from_ibnetdiscover,
         links_from_yaml,
     )
-    from workload_attribution.contracts.lines import read_regular
     from workload_attribution.contracts.times import parse_when
+    from workload_attribution.staging.files import read_regular
     from workload_attribution.warehouse.store import Warehouse
 
     cfg = common.load_config(args, warehouse=args.warehouse)

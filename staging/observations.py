@@ -1,0 +1,72 @@
+"""Structured observations (scheduler records, metric samples) into staging, in bulk."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import duckdb
+
+from workload_attribution.contracts.models import Observation
+from workload_attribution.staging.database import MAX_TEXT, naive_utc
+
+
+def insert_observations(con: duckdb.DuckDBPyConnection, observations: Sequence[Observation]) -> int:
+    """Bulk-insert structured observations (records or samples) in one statement per table.
+
+    Column lists travel as DuckDB list parameters and are unnested in SQL: one round trip,
+    no per-row executemany (which runs at ~1k rows/s).
+    """
+    records = [o for o in observations if o.kind != "sample"]
+    samples = [o for o in observations if o.kind == "sample"]
+    if records:
+        con.execute(
+            """
+            INSERT INTO records
+            SELECT nextval('obs_seq'), unnest($source), unnest($connector), unnest($node), unnest($kind),
+                   unnest($time), unnest($text), unnest($attrs)::JSON, unnest($path), unnest($line)
+            """,
+            {
+                "source": [o.source for o in records],
+                "connector": [o.connector for o in records],
+                "node": [o.node for o in records],
+                "kind": [o.kind for o in records],
+                "time": [naive_utc(o.time) for o in records],
+                "text": [o.text[:MAX_TEXT] for o in records],
+                "attrs": [json.dumps(o.attrs, default=str) for o in records],
+                "path": [o.path for o in records],
+                "line": [o.line for o in records],
+            },
+        )
+    if samples:
+        # One JSON document parsed by DuckDB: handing it nested Python lists costs a type probe per
+        # value (seconds for 10^4 samples); json.dumps + from_json is milliseconds.
+        payload = json.dumps(
+            [
+                {
+                    "source": o.source,
+                    "connector": o.connector,
+                    "node": o.node,
+                    "metric": o.attrs.get("__name__", o.series),
+                    "labels": {k: str(v) for k, v in (o.attrs.get("labels") or {}).items()},
+                    "series": o.series,
+                    "value": o.value,
+                    "time": naive_utc(o.time).isoformat() if o.time else None,
+                    "path": o.path,
+                    "raw": o.text,
+                }
+                for o in samples
+            ]
+        )
+        con.execute(
+            """
+            INSERT INTO samples
+            SELECT nextval('obs_seq'), source, connector, node, metric, labels, series, value, time::TIMESTAMP,
+                   path, NULL, raw
+            FROM (SELECT unnest(from_json($p::JSON, '[{"source": "VARCHAR", "connector": "VARCHAR", "node": "VARCHAR",
+                   "metric": "VARCHAR", "labels": "MAP(VARCHAR, VARCHAR)", "series": "VARCHAR", "value": "DOUBLE",
+                   "time": "VARCHAR", "path": "VARCHAR", "raw": "VARCHAR"}]'), recursive := true))
+        """,
+            {"p": payload},
+        )
+    return len(observations)
