@@ -60,9 +60,12 @@ def _free_run_of_ports(n: int) -> int:
     import random
     import socket
 
+    # the system's randomness, not the `random` module's: pytest-randomly seeds that alike in every
+    # test process (and in a concurrent run on the same host), which would choose the same ports
+    choose = random.SystemRandom()
     high = min(_ephemeral_low(), 65536) - n
     for _ in range(200):
-        base = random.randint(20000, max(20001, high))
+        base = choose.randint(20000, max(20001, high))
         socks = []
         try:
             for p in range(base, base + n):

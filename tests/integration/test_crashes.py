@@ -22,6 +22,7 @@ import duckdb
 import pytest
 
 from tests.conftest import EXAMPLES, WORKED
+from tests.waiting import duckdb_held_by_another_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,23 +129,10 @@ def test_killed_in_any_stage_then_the_next_backfill_diagnoses_each_attempt_once(
 def test_a_locked_warehouse_fails_loudly_and_the_attempts_stay_pending(tmp_path, tree):
     wh = tmp_path / "w.duckdb"
     duckdb.connect(str(wh)).close()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import duckdb,time; c=duckdb.connect({str(wh)!r}); print('held', flush=True); time.sleep(120)",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with duckdb_held_by_another_process(wh):
         started = time.monotonic()
         locked = backfill(tmp_path, tree, {"ATTRIBUTION_WAREHOUSE_LOCK_WAIT_S": "2"})
         elapsed = time.monotonic() - started
-    finally:
-        holder.kill()
-        holder.wait()
     assert locked.returncode != 0 and "still locked by another process" in locked.stdout + locked.stderr
     assert "Traceback" not in locked.stderr
     assert elapsed < 90

@@ -26,6 +26,7 @@ import pytest
 import uvicorn
 
 from tests.services.prometheus import free_port
+from tests.waiting import wait_until
 from workload_attribution.dashboard import ROLE_COLORS, STATE_COLORS
 from workload_attribution.flows.config import Config
 from workload_attribution.service.app import create_app
@@ -64,12 +65,15 @@ class Browser:
             stderr=subprocess.DEVNULL,
         )
         active = profile / "DevToolsActivePort"  # Chromium writes the port it chose here
-        deadline = time.monotonic() + 60
-        while not (active.exists() and len(active.read_text().splitlines()) >= 2):
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.close()
-                pytest.fail("chromium did not start its DevTools endpoint")
-            time.sleep(0.05)
+        try:
+            wait_until(
+                lambda: active.exists() and len(active.read_text().splitlines()) >= 2,
+                "Chromium to write its DevTools port",
+                gone=self.proc,
+            )
+        except BaseException:
+            self.close()
+            raise
         port = active.read_text().splitlines()[0]
         tabs = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
         page = next(t for t in tabs if t["type"] == "page")
@@ -159,9 +163,7 @@ def site(seeded_warehouse):
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: server.started, "the dashboard's server to start")
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(10)

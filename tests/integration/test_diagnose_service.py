@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import ROOT, WORKED
 from tests.services.prometheus import free_port
+from tests.waiting import WaitTimeout, wait_http
 
 TOKEN = "diag-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -49,16 +50,11 @@ def service(tmp_path_factory):
         cwd="/",
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    else:
+    try:
+        wait_http(f"{url}/healthz", "serve --dashboard-only to answer", 90, proc, base / "serve.log")
+    except WaitTimeout:
         proc.kill()
-        pytest.fail((base / "serve.log").read_text()[-2000:])
+        raise
     yield {"url": url, "tmp": tmpdir, "base": base, "cfg": cfg}
     proc.terminate()
     proc.wait(20)

@@ -33,6 +33,7 @@ import pytest
 
 from tests.services.prefect_stack import SECRET, TOKEN, diagnoses, wait_diagnosis
 from tests.services.prometheus import free_port
+from tests.waiting import wait_until
 from workload_attribution.service.auth import sign
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,10 +104,12 @@ def test_prefect_down_refuses_with_503_and_the_hook_spools_then_flush_delivers(s
 
         # a job fails; slurmctld runs the hook, which spools the event and keeps it
         job = sbatch(stack.slurm, "-N2", "--no-requeue", "--wrap", "srun bash -c 'exit 3'")
-        deadline = time.monotonic() + 90
-        while not any(job in p.name for p in spooled(spool)) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert any(job in p.name for p in spooled(spool)), f"job {job} not spooled: {list(spool.iterdir())}"
+        wait_until(
+            lambda: any(job in p.name for p in spooled(spool)),
+            f"the hook to spool job {job}",
+            90,
+            seen=lambda: list(spool.iterdir()),
+        )
 
         # the hook as slurmctld runs it (its environment), timed, with no service at all: it never
         # makes slurmctld wait
@@ -132,8 +135,14 @@ def test_prefect_down_refuses_with_503_and_the_hook_spools_then_flush_delivers(s
         assert [p.name for p in spooled(alone / "spool")][0].endswith("-ci-424243.json")
         print(f"\nhook answered slurmctld in {took * 1000:.0f} ms with no service")
 
-        # the background senders give up (the service keeps answering 503) and leave the events spooled
-        time.sleep(9)
+        # the background senders give up (the service keeps answering 503: 0.5 + 2 + 4 s of retries)
+        # and leave the events spooled
+        wait_until(
+            lambda: not senders_of(spool),
+            "the hook's background senders to give up",
+            60,
+            seen=lambda: senders_of(spool),
+        )
         names = [p.name for p in spooled(spool)]
         assert [n for n in names if job in n], names
         assert not (spool / "rejected").exists() or not list((spool / "rejected").iterdir())
@@ -187,9 +196,7 @@ def test_serve_stopped_mid_storm_then_restarted_loses_no_accepted_attempt(stack,
     async def storm_with_a_stop():
         async with httpx.AsyncClient(timeout=60) as client:
             first = [asyncio.ensure_future(send(client, b)) for _, b in storm.bodies[:12]]
-            deadline = time.monotonic() + 60
-            while len(accepted) < 3 and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            await asyncio.to_thread(wait_until, lambda: len(accepted) >= 3, "three accepted triggers")
             await asyncio.to_thread(stack.kill, "service", signal.SIGTERM)  # others still in flight
             rest = [asyncio.ensure_future(send(client, b)) for _, b in storm.bodies[12:]]  # nobody listens
             await asyncio.gather(*first, *rest)
@@ -204,14 +211,17 @@ def test_serve_stopped_mid_storm_then_restarted_loses_no_accepted_attempt(stack,
     asyncio.run(_resend(pending, send))
     assert not refused, f"{len(refused)} still refused after the restart"
 
-    deadline = time.monotonic() + 300
-    while True:
-        names = Counter(
+    def diagnosed() -> Counter:
+        return Counter(
             i["job_id"].rpartition("/")[2] for i in diagnoses(stack, cluster="k8s") if "/sigterm-" in i["job_id"]
         )
-        if set(names) >= set(storm.unique) or time.monotonic() > deadline:
-            break
-        time.sleep(1)
+
+    names = wait_until(
+        lambda: set(found := diagnosed()) >= set(storm.unique) and found,
+        "every accepted attempt of the storm to be diagnosed",
+        300,
+        seen=lambda: sorted(set(storm.unique) - set(diagnosed()))[:5],
+    )
     assert set(accepted) == set(storm.unique)
     # each invalid call refused with the field named, never accepted
     assert len(invalid) == 3 and all(d["detail"][0]["field"] for d in invalid), invalid
@@ -219,6 +229,19 @@ def test_serve_stopped_mid_storm_then_restarted_loses_no_accepted_attempt(stack,
     assert all(c == 1 for c in names.values()), [n for n, c in names.items() if c != 1]
     runs = runs_per_key(stack)
     assert all(runs[k] == 1 for k in accepted.values()), {k: runs[k] for k in accepted.values() if runs[k] != 1}
+
+
+def senders_of(spool: Path) -> list[int]:
+    """The hook's background senders (`attribution-hook --send <spooled file>`) still running for `spool`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:  # the process ended meanwhile
+            continue
+        if b"--send" in args and any(a.startswith(str(spool).encode()) for a in args):
+            found.append(int(cmdline.parent.name))
+    return found
 
 
 async def _resend(bodies: list[bytes], send) -> None:
@@ -249,10 +272,12 @@ def test_worker_killed_mid_run_is_crashed_and_the_nightly_diagnoses_each_attempt
     r = httpx.post(f"{stack.url}/v1/attempts", json={"cluster": "ci-hung", "job_id": jobs[0]}, headers=AUTH, timeout=30)
     assert r.status_code == 202, r.text
     run_id = r.json()["flow_run_id"]
-    deadline = time.monotonic() + 120
-    while hung_prometheus.held == held and time.monotonic() < deadline:  # the run is collecting, stuck
-        time.sleep(0.2)
-    assert hung_prometheus.held > held, stack.log("worker")[-3000:]
+    wait_until(  # the run is collecting, stuck
+        lambda: hung_prometheus.held > held,
+        "the run to be stuck collecting from the hung Prometheus",
+        120,
+        seen=lambda: stack.log("worker")[-3000:],
+    )
     stack.kill("worker", signal.SIGKILL)
 
     # no heartbeat: the automation crashes the run (zombie-after 15 s in this stack)
@@ -262,10 +287,10 @@ def test_worker_killed_mid_run_is_crashed_and_the_nightly_diagnoses_each_attempt
         async with get_client() as client:
             return (await client.read_flow_run(rid)).state.type.value
 
-    deadline = time.monotonic() + 120
     with stack.client_settings():
-        while (state := asyncio.run(state_of(run_id))) == "RUNNING" and time.monotonic() < deadline:
-            time.sleep(1)
+        state = wait_until(
+            lambda: (s := asyncio.run(state_of(run_id))) != "RUNNING" and s, "the run to leave RUNNING", 120
+        )
     assert state == "CRASHED", state
 
     hung_prometheus.release()

@@ -139,7 +139,7 @@ def test_fault_cases(staged, fault, expect):
             if fault == "timeout":
                 import time
 
-                time.sleep(2)
+                time.sleep(2)  # the thing under test: a server slower than the client's timeout
             code = {"500": 500, "429": 429}.get(fault, 200)
             h.send_response(code)
             if code == 429:

@@ -30,6 +30,7 @@ import pytest
 
 from tests.conftest import WORKED
 from tests.services.prometheus import free_port
+from tests.waiting import WaitTimeout, answers, wait_until
 
 TOKEN = "serve-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -57,17 +58,17 @@ class Serve:
         self.verify: ssl.SSLContext | bool = True
 
     def wait(self, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"serve {self.name} exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1, verify=self.verify).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        self.proc.kill()
-        pytest.fail(f"serve {self.name} did not answer: {self.log.read_text()[-2000:]}")
+        try:
+            wait_until(
+                lambda: answers(f"{self.url}/healthz", verify=self.verify),
+                f"serve {self.name} to answer /healthz",
+                timeout,
+                seen=lambda: self.log.read_text()[-2000:],
+                gone=self.proc,
+            )
+        except WaitTimeout:
+            self.proc.kill()
+            raise
 
     def get(self, path: str, **kw):
         return httpx.get(f"{self.url}{path}", verify=self.verify, timeout=kw.pop("timeout", 10), **kw)
@@ -127,13 +128,16 @@ def servers(tmp_path_factory):
         tls.stop()
 
 
-def log_lines(server: Serve, pattern: str, timeout: float = 5) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = [line for line in server.log.read_text().splitlines() if re.search(pattern, line)]
-        if found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.1)
+def log_lines(server: Serve, pattern: str, timeout: float = 30) -> list[str]:
+    """The service's log lines matching `pattern`, once there is one (none after `timeout`: [])."""
+
+    def found() -> list[str]:
+        return [line for line in server.log.read_text().splitlines() if re.search(pattern, line)]
+
+    try:
+        return wait_until(found, f"a log line matching {pattern!r}", timeout) if timeout else found()
+    except WaitTimeout:
+        return []
 
 
 def test_it_logs_where_it_listens_each_request_and_insecure_mode(servers):
@@ -316,12 +320,14 @@ def test_healthz_answers_beside_1000_idle_connections(servers, which):
             idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
         opened = time.monotonic() - t0
         in_burst = healthz()  # while the service still accepts the burst
-        deadline = time.monotonic() + 10  # then, every connection accepted and idle
-        while bounded and server.metric("attribution_connections_opened_total") - opened_before < 1000:
-            assert time.monotonic() < deadline, "the service did not accept the 1000 connections"
-            time.sleep(0.1)
-        if not bounded:
-            time.sleep(1)  # TLS: nothing counts a connection before its handshake
+        if bounded:  # then, every connection accepted and idle
+            wait_until(
+                lambda: server.metric("attribution_connections_opened_total") - opened_before >= 1000,
+                "the service to accept the 1000 connections",
+                seen=lambda: server.metric("attribution_connections_opened_total") - opened_before,
+            )
+        else:  # TLS: nothing counts a connection before its handshake; the accept burst is over once
+            wait_until(lambda: healthz() < 1.0, "/healthz to answer within 1 s after the accept burst")
         took = sorted(healthz() for _ in range(5))
         print(
             f"\n{which}: 1000 idle connections opened in {opened:.2f} s; /healthz during the accept burst "
@@ -444,8 +450,12 @@ def test_a_diagnose_slot_is_not_held_by_a_stalled_sender(servers):
     threads = [threading.Thread(target=lambda: results.append(exchange(port, head))) for _ in range(2)]
     for t in threads:
         t.start()
-    time.sleep(0.5)
-    busy = httpx.post(f"{servers['bounded'].url}/v1/diagnose", content=b"{}", headers=AUTH, timeout=10)
+
+    def refused_as_busy() -> httpx.Response | None:
+        r = httpx.post(f"{servers['bounded'].url}/v1/diagnose", content=b"{}", headers=AUTH, timeout=10)
+        return r if r.status_code == 429 else None
+
+    busy = wait_until(refused_as_busy, "both diagnose slots to be held by the stalled senders", 10)
     for t in threads:
         t.join()
     assert busy.status_code == 429  # both slots held by the stalled senders ...
@@ -470,19 +480,22 @@ def test_over_the_limit_with_every_connection_busy_a_new_one_is_refused_then_ser
     try:
         for _ in range(MAX_CONNECTIONS):
             one_more_busy()
-        answers = []
-        for _ in range(20):
-            time.sleep(0.3)  # the service reads the heads: none of them is idle any more
+        seen: list[bytes] = []
+
+        def refused() -> tuple[bytes, float] | None:
+            # the service reads the heads of the busy ones (none of them is idle any more), then refuses
             answer, took = exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            answers.append(first_line(answer))
+            seen.append(first_line(answer))
             if answer.startswith(b"HTTP/1.1 503 "):
-                assert b"too many connections" in answer and took < 1.0, (answer, took)
-                break
+                return answer, took
             one_more_busy()  # admitted: a connection still opening (or left idle earlier) made room
-        assert answers[-1] == b"HTTP/1.1 503 Service Unavailable", answers
+            return None
+
+        answer, took = wait_until(refused, "a new connection to be refused", 30, seen=lambda: seen[-5:])
+        assert b"too many connections" in answer and took < 1.0, (answer, took)
+        assert seen[-1] == b"HTTP/1.1 503 Service Unavailable", seen
     finally:
         for s in busy:
             s.close()
-    time.sleep(0.5)
-    assert server.get("/healthz").status_code == 200
+    wait_until(lambda: answers(f"{server.url}/healthz", verify=server.verify), "/healthz once the busy ones closed")
     assert server.metric('attribution_connections_closed_total{reason="refused"}') >= 1

@@ -4,13 +4,13 @@
 import os
 import re
 import subprocess
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import coverage_of
+from tests.waiting import wait_until
 from workload_attribution.connectors.slurm import NotASlurmJob, SlurmError, SlurmSource, discover_failed, scope_job
 from workload_attribution.contracts.errors import TransientSourceError
 from workload_attribution.contracts.models import CoverageStatus
@@ -30,9 +30,11 @@ def sbatch(env, *args) -> str:
 
 
 def wait_for(env, job_id, states, timeout=150) -> str:
-    deadline = time.monotonic() + timeout
-    state = ""
-    while time.monotonic() < deadline:
+    """The job's state once accounting records it in one of `states`, with its end, and the same
+    record twice in a row: slurmdbd fills a record in steps (node list, end time)."""
+    last = [""]
+
+    def settled() -> str | None:
         out = subprocess.run(
             ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,NodeList,End"],
             capture_output=True,
@@ -40,11 +42,13 @@ def wait_for(env, job_id, states, timeout=150) -> str:
             env={**os.environ, "SLURM_CONF": env["SLURM_CONF"]},
         ).stdout.strip()
         state = out.split("|")[0] if out else ""
-        if any(state.startswith(s) for s in states) and "Unknown" not in out:
-            time.sleep(3)  # the accounting record is eventually consistent (node list, end time)
-            return state
-        time.sleep(0.5)
-    raise AssertionError(f"job {job_id} still {state!r} after {timeout}s")
+        done = any(state.startswith(s) for s in states) and "Unknown" not in out
+        same, last[0] = out == last[0], out
+        return state if done and same else None
+
+    return wait_until(
+        settled, f"job {job_id} to be {'/'.join(states)} in accounting", timeout, 0.5, seen=lambda: last[0]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,21 +61,21 @@ def jobs(slurm):
     ids["cancel"] = sbatch(slurm, "--wrap", "sleep 120")
     ids["node_fail"] = sbatch(slurm, "--no-requeue", "--wrap", "sleep 120")
     env = {**os.environ, "SLURM_CONF": slurm["SLURM_CONF"]}
-    deadline = time.monotonic() + 90
-    squeue = ""
-    while time.monotonic() < deadline:  # only a RUNNING job fails with its node; a pending one just waits
-        squeue = subprocess.run(
+
+    def squeue() -> str:
+        return subprocess.run(
             ["squeue", "-h", "-j", f"{ids['cancel']},{ids['node_fail']}", "-o", "%i %T %R"],
             env=env,
             capture_output=True,
             text=True,
         ).stdout
-        if squeue.count("RUNNING") == 2:
-            break
-        time.sleep(0.3)
-    assert squeue.count("RUNNING") == 2, (
-        f"jobs did not start: {squeue} / "
-        f"{subprocess.run(['sinfo', '-N'], env=env, capture_output=True, text=True).stdout}"
+
+    # only a RUNNING job fails with its node; a pending one just waits
+    wait_until(
+        lambda: squeue().count("RUNNING") == 2,
+        "the cancel and node-failure jobs to run",
+        90,
+        seen=lambda: squeue() + subprocess.run(["sinfo", "-N"], env=env, capture_output=True, text=True).stdout,
     )
     node = subprocess.run(
         ["squeue", "-h", "-j", ids["node_fail"], "-o", "%N"], env=env, capture_output=True, text=True

@@ -29,6 +29,7 @@ import pytest
 
 from tests.conftest import EXAMPLES
 from tests.services.prefect_stack import SECRET, TOKEN, diagnoses, metrics, wait_diagnosis
+from tests.waiting import wait_until
 from workload_attribution.service.auth import sign
 
 OOM = EXAMPLES / "host_oom_kueue-1-0"
@@ -124,9 +125,11 @@ def test_duplicate_webhooks_start_one_run(stack):
                 return [r for r in runs if r.idempotency_key == key]
 
         item = wait_diagnosis(stack, cluster="k8s", job_id=f"team-a/{wl['metadata']['name']}")
-        deadline = time.monotonic() + 60  # the diagnosis is written just before the run completes
-        while not (runs := asyncio.run(runs_with_key()))[0].state.is_completed() and time.monotonic() < deadline:
-            time.sleep(0.5)
+        # the diagnosis is written just before the run completes
+        runs = wait_until(
+            lambda: (found := asyncio.run(runs_with_key())) and found[0].state.is_completed() and found,
+            "the flow run to complete",
+        )
     assert str(again.id) in ids
     assert len(runs) == 1 and runs[0].state.is_completed()
     assert (item["terminal_state"], item["sub_domain"]) == ("application_failure", "host_oom")

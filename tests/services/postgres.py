@@ -8,12 +8,12 @@ import glob
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.services.prometheus import free_port
+from tests.waiting import wait_until
 
 
 def _bin(name: str) -> str:
@@ -127,7 +127,5 @@ class Postgres:
 
     def stop(self) -> None:
         self._as_postgres(_bin("pg_ctl"), "-D", str(self.base / "data"), "-m", "fast", "-w", "stop")
-        for _ in range(50):
-            if not (self.base / "data" / "postmaster.pid").exists():
-                return
-            time.sleep(0.1)
+        pid = self.base / "data" / "postmaster.pid"
+        wait_until(lambda: not pid.exists(), "PostgreSQL to remove its postmaster.pid", timeout=30)

@@ -12,12 +12,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from tests.services.prometheus import free_port
+from tests.waiting import wait_http, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "test-token-7f3a"
@@ -25,17 +25,7 @@ SECRET = "test-webhook-secret-91c2"
 
 
 def _wait(url: str, what: str, proc: subprocess.Popen, log: Path, seconds: float = 90) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{what} not ready after {seconds}s: {log.read_text()[-2000:]}")
+    wait_http(url, f"{what} to answer {url}", seconds, proc, log)
 
 
 def _stop(proc: subprocess.Popen | None) -> None:
@@ -192,18 +182,20 @@ def diagnoses(stack: PrefectStack, **filters) -> list[dict]:
 
 def wait_diagnosis(stack: PrefectStack, timeout: float = 180, job_id: str | None = None, **filters) -> dict:
     """The newest diagnosis for the filters (and job id), once there is one."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def found() -> list[dict]:
         try:
-            items = [i for i in diagnoses(stack, **filters) if job_id is None or i["job_id"] == job_id]
+            return [i for i in diagnoses(stack, **filters) if job_id is None or i["job_id"] == job_id]
         except httpx.HTTPError:
-            items = []  # the service is restarting
-        if items:
-            return items[0]
-        time.sleep(0.5)
-    raise AssertionError(
-        f"no diagnosis for {filters} {job_id or ''} after {timeout}s\nworker log:\n{stack.log('worker')[-4000:]}"
+            return []  # the service is restarting
+
+    items = wait_until(
+        found,
+        f"a diagnosis for {filters} {job_id or ''}",
+        timeout,
+        seen=lambda: "worker log:\n" + stack.log("worker")[-4000:],
     )
+    return items[0]
 
 
 def metrics(stack: PrefectStack) -> dict[str, float]:

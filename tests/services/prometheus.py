@@ -13,11 +13,11 @@ import re
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 
-import httpx
 import pytest
+
+from tests.waiting import wait_http
 
 SAMPLE = re.compile(r"^(\S+?(?:\{.*\})?)\s+(\S+)\s+(\d+)\s*$")
 
@@ -91,16 +91,12 @@ class Prometheus:
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"prometheus did not become ready: {(self.base / 'prometheus.log').read_text()[-500:]}")
+        try:
+            wait_http(f"{self.url}/-/ready", "Prometheus to be ready", 60, self.proc, self.base / "prometheus.log")
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -15,6 +15,7 @@ import duckdb
 import pytest
 
 from tests.conftest import EXAMPLES, ROOT, WORKED
+from tests.waiting import duckdb_held_by_another_process
 
 
 def run(*args, cwd=None, env=None, preexec=None, timeout=120):
@@ -75,19 +76,10 @@ def test_out_of_range_attempt_yaml_is_bad_input(tmp_path, field, value, words):
 def test_a_locked_warehouse_is_exit_3_and_the_diagnosis_is_still_printed(tmp_path):
     wh = tmp_path / "w.duckdb"
     holder = duckdb.connect(str(wh))  # another process's writer would hold it like this
-    try:
-        holder.execute("CREATE TABLE t (x INT)")
-        script = f"import duckdb, time; c = duckdb.connect({str(wh)!r}); time.sleep(60)"
-        other = subprocess.Popen([sys.executable, "-c", script])
-    finally:
-        holder.close()
-    try:
-        import time
-
-        time.sleep(1.5)
+    holder.execute("CREATE TABLE t (x INT)")
+    holder.close()
+    with duckdb_held_by_another_process(wh):
         r = run("diagnose", WORKED, "--json", "--warehouse", wh, env={"ATTRIBUTION_WAREHOUSE_LOCK_WAIT_S": "1"})
-    finally:
-        other.kill()
     assert r.returncode == 3, r.stderr
     assert "not stored" in one_line(r.stderr) and "locked" in r.stderr
     assert json.loads(r.stdout)["sub_domain"] == "nvlink"

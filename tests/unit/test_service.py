@@ -9,12 +9,14 @@ runs is tested against a real Prefect server in tests/integration/test_triggers.
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import WORKED
+from tests.waiting import wait_until
 from workload_attribution.flows.config import Config
 from workload_attribution.service.app import create_app
 from workload_attribution.service.auth import sign
@@ -298,16 +300,18 @@ def test_dashboard_needs_the_token_and_escapes_what_it_shows(env):
     assert client.get("/ui", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
 
 
-class SlowPrefect:
-    """Prefect answering after `delay` (busy), or failing after it."""
+class HeldPrefect:
+    """Prefect that answers only once the test lets it (`release`): busy for as long as the test
+    needs, or failing then."""
 
-    def __init__(self, delay: float, fail: bool = False):
-        self.delay, self.fail, self.created = delay, fail, []
+    def __init__(self, fail: bool = False):
+        self.fail, self.created = fail, []
+        self.release = threading.Event()
 
     async def start(self, key, parameters, tags):
         import asyncio
 
-        await asyncio.sleep(self.delay)
+        await asyncio.to_thread(self.release.wait, 60)
         if self.fail:
             raise RuntimeError("database is locked")
         self.created.append(key)
@@ -326,19 +330,25 @@ def test_a_busy_orchestrator_gets_the_caller_an_answer_in_time_and_the_run_still
         clusters={"eos": {"scheduler": "slurm"}},
         service={"answer_within_s": 0.2, "outbox_dir": str(tmp_path / "outbox")},
     )
-    slow = SlowPrefect(0.6, fail=fail)
-    with TestClient(create_app(cfg, slow)) as client:
-        started = time.monotonic()
-        r = post_slurm(client, FAILED)
-        assert time.monotonic() - started < 0.5
+    held = HeldPrefect(fail=fail)
+    with TestClient(create_app(cfg, held)) as client:
+        r = post_slurm(client, FAILED)  # answered while Prefect still holds the creation
+        assert not held.release.is_set()
         assert r.status_code == 202 and r.json()["status"] == "queued" and r.json()["flow_run_id"] is None
         assert r.json()["idempotency_key"] == "eos:slurm:4191701:0"
-        time.sleep(1.0)  # the creation goes on after the answer
-        metrics = client.get("/metrics").text
+        held.release.set()  # the creation goes on after the answer
+        started = 'attribution_flow_runs_started_total{source="slurm"}'
+        done = "attribution_trigger_failures_total 1.0" if fail else started
+
+        def outcome() -> str | None:
+            text = client.get("/metrics").text
+            return text if done in text else None
+
+        metrics = wait_until(outcome, "the late creation's outcome")
     if fail:
-        assert slow.created == [] and "attribution_trigger_failures_total 1.0" in metrics
+        assert held.created == [] and "attribution_trigger_failures_total 1.0" in metrics
     else:
-        assert slow.created == ["eos:slurm:4191701:0"]
+        assert held.created == ["eos:slurm:4191701:0"]
         assert 'attribution_triggers_total{outcome="started_late",source="slurm"} 1.0' in metrics
         assert 'attribution_flow_runs_started_total{source="slurm"} 1.0' in metrics
 
@@ -437,16 +447,17 @@ def test_reads_take_relative_times_and_name_a_bad_one(env):
 
 def test_concurrent_first_scrapes_read_the_warehouse_once():
     """32 scrapes arriving together on a fresh service share one warehouse read; later scrapes within
-    refresh_s read nothing, and the read after it happens in the background."""
-    import threading
-
+    refresh_s read nothing, and the read after it happens in the background: a scrape never waits
+    for a slow warehouse once there is a snapshot."""
     from workload_attribution.service.metrics import Metrics
 
     reads = []
+    warehouse_answers = threading.Event()
+    warehouse_answers.set()  # the first read answers; the one behind a stale scrape waits for the test
 
     def by_state():
         reads.append(time.monotonic())
-        time.sleep(0.3)  # a slow warehouse
+        warehouse_answers.wait(60)  # a slow warehouse: as slow as the test says
         return [("hardware_failure", 3)]
 
     m = Metrics(by_state, None, refresh_s=0.5)
@@ -467,10 +478,14 @@ def test_concurrent_first_scrapes_read_the_warehouse_once():
     for _ in range(50):
         m.text()
     assert len(reads) == 1
-    time.sleep(0.6)
-    t0 = time.monotonic()
-    m.text()  # stale: answered at once from the old snapshot, refreshed behind it
-    assert time.monotonic() - t0 < 0.2
-    time.sleep(0.5)
+    warehouse_answers.clear()
+    time.sleep(0.6)  # the thing under test: the snapshot's refresh_s (0.5 s) runs out
+    stale: list[bytes] = []
+    scraper = threading.Thread(target=lambda: stale.append(m.text()))
+    scraper.start()
+    scraper.join(10)  # the warehouse answers only when the test says: a scrape that waited for it hangs
+    assert not scraper.is_alive() and b'attribution_diagnoses{terminal_state="hardware_failure"} 3.0' in stale[0]
+    wait_until(lambda: len(reads) == 2, "the refresh behind the stale scrape to start")
+    warehouse_answers.set()
+    wait_until(lambda: b"attribution_diagnoses_snapshots_total 2.0" in m.text(), "the refreshed snapshot")
     assert len(reads) == 2
-    assert b"attribution_diagnoses_snapshots_total 2.0" in m.text()

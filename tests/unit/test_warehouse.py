@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import ROOT, WORKED
 from tests.helpers import diagnose
+from tests.waiting import duckdb_held_by_another_process
 from workload_attribution.contracts.vocabulary import Action
 from workload_attribution.rules.pack import default_pack
 from workload_attribution.warehouse.store import Warehouse, WarehouseLocked
@@ -81,24 +82,11 @@ def test_two_writer_processes_both_land(tmp_path, diagnosis):
 def test_a_held_lock_makes_the_writer_wait_then_fail_loudly(tmp_path, diagnosis):
     wh = tmp_path / "w.duckdb"
     Warehouse(wh).write(diagnosis)
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import duckdb,time; c=duckdb.connect({str(wh)!r}); print('held', flush=True); time.sleep(30)",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with duckdb_held_by_another_process(wh):
         started = time.monotonic()
         with pytest.raises(WarehouseLocked, match="still locked"):
             Warehouse(wh, lock_wait_s=1.5).write(diagnosis)
         assert 1.4 < time.monotonic() - started < 10
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_which_lake_errors_a_writer_retries():
