@@ -53,13 +53,22 @@ def wait_until(
         value = check()
         if value:
             return value
-        extra = f"; last seen: {seen()}" if seen is not None else ""
         if gone is not None and gone.poll() is not None:
-            raise WaitTimeout(f"the process exited ({gone.returncode}) before {what}{extra}")
+            raise WaitTimeout(f"the process exited ({gone.returncode}) before {what}{_seen(seen)}")
         if time.monotonic() >= deadline:
-            raise WaitTimeout(f"waited {timeout:.0f} s for {what}{extra}")
+            raise WaitTimeout(f"waited {timeout:.0f} s for {what}{_seen(seen)}")
         time.sleep(interval)
         interval = min(interval * 1.5, 1.0)
+
+
+def _seen(seen: Callable[[], object] | None) -> str:
+    """What there was instead, for a failure message (a failing look is said, not raised)."""
+    if seen is None:
+        return ""
+    try:
+        return f"; last seen: {seen()}"
+    except Exception as exc:
+        return f"; could not look ({type(exc).__name__}: {exc})"
 
 
 def answers(url: str, status: int = 200, **get: object) -> bool:
