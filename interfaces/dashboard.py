@@ -259,20 +259,13 @@ def timeline(doc: dict[str, Any], width: int = 1100) -> str:
 XID_COLORS = ["#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
 
 
-def list_page(
-    rows: list[dict],
-    filters: dict[str, Any],
-    trends: dict[str, Any],
-    page_no: int = 1,
-    page_size: int = 100,
-    total: int | None = None,
-) -> str:
+def _filter_form(filters: dict[str, Any]) -> str:
     f = {k: escape(str(v)) if v is not None else "" for k, v in filters.items()}
     f.setdefault("per_page", "")
     states = "".join(
         f"<option{' selected' if filters.get('terminal_state') == s else ''}>{s}</option>" for s in STATE_COLORS
     )
-    form = (
+    return (
         "<form class=filters method=get action='/ui'>"
         f"<label>cluster<input name=cluster value='{f['cluster']}'></label>"
         f"<label>terminal state<select name=terminal_state><option value=''>any</option>{states}</select></label>"
@@ -285,85 +278,95 @@ def list_page(
         + "<button>filter</button>"
         f"{a('/ui', 'clear')}</form>"
     )
-    periods = trends.get("periods") or []
-    xid_series: dict[str, dict[str, int]] = {}
+
+
+def _xid_series(trends: dict[str, Any]) -> tuple[dict[str, dict[str, int]], dict[str, int], dict[str, str]]:
+    """XIDs per period, their totals, and a colour for each of the 8 most frequent."""
+    series: dict[str, dict[str, int]] = {}
     totals: dict[str, int] = {}
     for period, xid, n in trends.get("xids") or []:
-        xid_series.setdefault(period, {})[xid] = n
+        series.setdefault(period, {})[xid] = n
         totals[xid] = totals.get(xid, 0) + n
-    xid_colors = {
-        x: XID_COLORS[i % len(XID_COLORS)] for i, x in enumerate(sorted(totals, key=lambda k: -totals[k])[:8])
-    }
+    colors = {x: XID_COLORS[i % len(XID_COLORS)] for i, x in enumerate(sorted(totals, key=lambda k: -totals[k])[:8])}
+    return series, totals, colors
+
+
+def _charts(trends: dict[str, Any], filters: dict[str, Any]) -> str:
+    periods = trends.get("periods") or []
+    xid_series, totals, xid_colors = _xid_series(trends)
     per = trends.get("period", "day")
     ends = trends.get("period_ends") or []
-    charts = (
+    per_state = f"Diagnoses by terminal_state per {per}"
+    xids = f"XIDs per {per} (attempts{', the 8 most frequent' if len(totals) > len(xid_colors) else ''})"
+    return (
         "<div class=charts>"
         + stacked_bars(
-            periods,
-            trends.get("per_period") or [],
-            f"Diagnoses by terminal_state per {per}",
-            STATE_COLORS,
-            filters,
-            "terminal_state",
-            ends,
+            periods, trends.get("per_period") or [], per_state, STATE_COLORS, filters, "terminal_state", ends
         )
         + hbars(trends.get("top_hosts") or [], "Top hosts (roots and affected)", "#d62728", filters, "node")
         + hbars(trends.get("top_ports") or [], "Top switch ports", "#ff7f0e", filters, "port")
-        + stacked_bars(
-            periods,
-            list(xid_series.items()),
-            f"XIDs per {per} (attempts{', the 8 most frequent' if len(totals) > len(xid_colors) else ''})",
-            xid_colors,
-            filters,
-            "symptom",
-            ends,
-        )
+        + stacked_bars(periods, list(xid_series.items()), xids, xid_colors, filters, "symptom", ends)
         + heatmap(periods, trends.get("host_periods") or [], f"Failures per host per {per} (top hosts)", filters, ends)
         + "</div>"
     )
-    shown = f"{(page_no - 1) * page_size + 1}-{(page_no - 1) * page_size + len(rows)}" if rows else "0"
+
+
+def _pager(filters: dict[str, Any], shown_rows: int, page_no: int, page_size: int, total: int | None) -> str:
+    shown = f"{(page_no - 1) * page_size + 1}-{(page_no - 1) * page_size + shown_rows}" if shown_rows else "0"
     pager = [f"<p class=pager>{shown} of {total if total is not None else '?'} "]
     if page_no > 1:
         pager.append(a(link(filters, page=page_no - 1 if page_no > 2 else None), "previous"))
     if total is not None and page_no * page_size < total:
         pager.append(" " + a(link(filters, page=page_no + 1), "next"))
     pager.append("</p>")
+    return "".join(pager)
+
+
+def _list_row(r: dict[str, Any], filters: dict[str, Any]) -> str:
+    nodes = ", ".join(a(link(filters, node=n), n) for n in r.get("affected_nodes") or [])
+    root = r.get("root_node")
+    symptom = r.get("root_symptom")
+    return (
+        f"<tr><td>{escape(str(r['attempt_end'] or ''))[:19]}</td>"
+        f"<td>{a(link(filters, cluster=r['cluster']), r['cluster'])}</td>"
+        f"<td>{a('/ui/diagnoses/' + r['diagnosis_id'], r['scheduler'] + ' ' + r['job_id'])} #{r['attempt']}</td>"
+        f"<td>{pill(r['terminal_state'])} {escape(r['sub_domain'])}</td>"
+        f"<td>{a(link(filters, node=root), root) if root else ''}"
+        f"{' ' + a(link(filters, symptom=symptom), symptom, 'muted') if symptom else ''}</td>"
+        f"<td>{nodes}</td><td>{escape(r['recommended_action'] or '')}</td></tr>"
+    )
+
+
+def list_page(
+    rows: list[dict],
+    filters: dict[str, Any],
+    trends: dict[str, Any],
+    page_no: int = 1,
+    page_size: int = 100,
+    total: int | None = None,
+) -> str:
+    pager = _pager(filters, len(rows), page_no, page_size, total)
     body = [
         "<h1>Diagnoses</h1>",
-        charts,
-        form,
-        "".join(pager),
+        _charts(trends, filters),
+        _filter_form(filters),
+        pager,
         "<table><tr><th>attempt end</th><th>cluster</th><th>job / attempt</th><th>verdict</th><th>root</th>"
         "<th>affected</th><th>action</th></tr>",
+        *(_list_row(r, filters) for r in rows),
+        "</table>",
     ]
-    for r in rows:
-        nodes = ", ".join(a(link(filters, node=n), n) for n in r.get("affected_nodes") or [])
-        root = r.get("root_node")
-        symptom = r.get("root_symptom")
-        body.append(
-            f"<tr><td>{escape(str(r['attempt_end'] or ''))[:19]}</td>"
-            f"<td>{a(link(filters, cluster=r['cluster']), r['cluster'])}</td>"
-            f"<td>{a('/ui/diagnoses/' + r['diagnosis_id'], r['scheduler'] + ' ' + r['job_id'])} #{r['attempt']}</td>"
-            f"<td>{pill(r['terminal_state'])} {escape(r['sub_domain'])}</td>"
-            f"<td>{a(link(filters, node=root), root) if root else ''}"
-            f"{' ' + a(link(filters, symptom=symptom), symptom, 'muted') if symptom else ''}</td>"
-            f"<td>{nodes}</td><td>{escape(r['recommended_action'] or '')}</td></tr>"
-        )
-    body.append("</table>")
     if not rows:
         body.append("<p class=muted>no diagnosis matches</p>")
-    body.append("".join(pager))
+    body.append(pager)
     return page("Diagnoses", "".join(body))
 
 
-def diagnosis_page(doc: dict[str, Any], ports: list[str] | None = None) -> str:
-    """One diagnosis; every host, switch port and symptom on it links to the list filtered by it.
-    `ports`: the switch ports it blames (where its hosts were cabled at the time)."""
-    at, rc = doc["attempt"], doc.get("root_cause") or {}
-    ev = {e["id"]: e for e in doc.get("evidence") or []}
+def _verdict_head(doc: dict[str, Any], ports: list[str] | None) -> str:
+    at = doc["attempt"]
     affected = ", ".join(a(link({}, node=n), n) for n in doc.get("affected_nodes") or []) or "none"
     port_links = ", ".join(a(link({}, port=p), p) for p in ports or [])
-    head = (
+    return (
         f"<h1>{a(link({}, cluster=at['cluster']), at['cluster'])} / {escape(at['scheduler'])} job "
         f"{escape(str(at['job_id']))} attempt {at['attempt']}</h1>"
         f"<p><a href='{escape(link({}, terminal_state=doc['terminal_state']))}'>{pill(doc['terminal_state'])}</a> "
@@ -374,22 +377,30 @@ def diagnosis_page(doc: dict[str, Any], ports: list[str] | None = None) -> str:
         + (f" &middot; switch ports <b class=ports>{port_links}</b>" if port_links else "")
         + f"</p><p>{escape(doc.get('explanation') or '')}</p>"
     )
-    root = ""
-    if rc:
-        lines = "".join(
-            f"<pre>{escape(ev[i]['ref'])}: {escape(ev[i]['text'])}</pre>" for i in rc.get("evidence", []) if i in ev
-        )
-        title = escape(rc.get("title") or rc.get("symptom") or "")
-        component = rc.get("component") or ""
-        root = (
-            "<h2>Root cause</h2><p class=root><b>"
-            + (f"<a href='{escape(link({}, symptom=rc['symptom']))}'>{title}</a>" if rc.get("symptom") else title)
-            + "</b> on "
-            + (a(link({}, node=rc["node"]), rc["node"]) if rc.get("node") else "-")
-            + " "
-            + (a(link({}, port=component), component) if component in (ports or []) else escape(component))
-            + f" at {escape(str(rc.get('first_seen')))}</p>{lines}"
-        )
+
+
+def _root_section(doc: dict[str, Any], ports: list[str] | None) -> str:
+    rc = doc.get("root_cause") or {}
+    if not rc:
+        return ""
+    ev = {e["id"]: e for e in doc.get("evidence") or []}
+    lines = "".join(
+        f"<pre>{escape(ev[i]['ref'])}: {escape(ev[i]['text'])}</pre>" for i in rc.get("evidence", []) if i in ev
+    )
+    title = escape(rc.get("title") or rc.get("symptom") or "")
+    component = rc.get("component") or ""
+    return (
+        "<h2>Root cause</h2><p class=root><b>"
+        + (f"<a href='{escape(link({}, symptom=rc['symptom']))}'>{title}</a>" if rc.get("symptom") else title)
+        + "</b> on "
+        + (a(link({}, node=rc["node"]), rc["node"]) if rc.get("node") else "-")
+        + " "
+        + (a(link({}, port=component), component) if component in (ports or []) else escape(component))
+        + f" at {escape(str(rc.get('first_seen')))}</p>{lines}"
+    )
+
+
+def _symptom_table(doc: dict[str, Any]) -> str:
     order = {"root": 0, "cascade": 1, "context": 2}
     syms = sorted(doc.get("symptoms") or [], key=lambda s: (order.get(s["role"], 3), s.get("first_seen") or ""))
     table = [
@@ -407,6 +418,10 @@ def diagnosis_page(doc: dict[str, Any], ports: list[str] | None = None) -> str:
             f"<td>{escape(s.get('demoted_by') or '')}</td></tr>"
         )
     table.append("</table>")
+    return "".join(table)
+
+
+def _coverage_table(doc: dict[str, Any]) -> str:
     cov = [
         "<h2>Coverage</h2><table><tr><th>source</th><th>connector</th><th>status</th><th>observations</th><th>note</th></tr>"
     ]
@@ -417,10 +432,23 @@ def diagnosis_page(doc: dict[str, Any], ports: list[str] | None = None) -> str:
             f"<td>{c.get('observations', '')}</td><td>{escape(c.get('error') or '')}</td></tr>"
         )
     cov.append("</table>")
+    return "".join(cov)
+
+
+def diagnosis_page(doc: dict[str, Any], ports: list[str] | None = None) -> str:
+    """One diagnosis; every host, switch port and symptom on it links to the list filtered by it.
+    `ports`: the switch ports it blames (where its hosts were cabled at the time)."""
+    at = doc["attempt"]
     raw = f"<h2>JSON</h2><p><a href='/v1/diagnoses/{escape(doc['diagnosis_id'])}'>the diagnosis document</a></p>"
     return page(
         f"{at['cluster']} {at['job_id']}",
-        head + "<h2>Timeline</h2>" + timeline(doc) + root + "".join(table) + "".join(cov) + raw,
+        _verdict_head(doc, ports)
+        + "<h2>Timeline</h2>"
+        + timeline(doc)
+        + _root_section(doc, ports)
+        + _symptom_table(doc)
+        + _coverage_table(doc)
+        + raw,
     )
 
 

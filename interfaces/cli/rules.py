@@ -32,8 +32,7 @@ def add(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from workload_attribution.rules.pack import RULES_DIR, load_pack
-    from workload_attribution.rules.testing import run_tests
+    from workload_attribution.rules.pack import RULES_DIR
     from workload_attribution.rules.validation import validate
 
     rules_dir = Path(common.rules_dir(args) or RULES_DIR)
@@ -50,43 +49,50 @@ def run(args: argparse.Namespace) -> int:
         print(f"rules pack {rules_dir} {pack.version}: {len(pack.rules)} rule(s) valid")
         return EXIT_OK
     if args.action == "list":
-        if args.json:
-            print(
-                json.dumps(
-                    [
-                        {
-                            "id": r.id,
-                            "version": r.version,
-                            "phase": r.phase,
-                            "output": r.output,
-                            "sources": r.sources,
-                            "description": r.description.strip(),
-                            "tests": len(r.tests),
-                            "path": r.path,
-                            "precedence": pack.precedence.index(r.id) + 1 if r.id in pack.precedence else None,
-                        }
-                        for r in pack.rules
-                    ],
-                    indent=2,
-                )
-            )
-        else:
-            print(f"rules pack {rules_dir} {pack.version}")
-            for phase in ("extract", "early", "final", "report"):
-                for r in pack.by_phase(phase):
-                    order = f"order {r.order}" if r.output in ("annotations", "roles", "actions") else ""
-                    print(f"  {phase:8} {r.id:32} v{r.version:<3} {r.output:11} {order:10} {len(r.tests)} test(s)")
-            print("precedence of verdicts (the first that gives one wins):")
-            for i, rid in enumerate(pack.precedence, 1):
-                print(f"  {i}. {rid}")
-            print(f"pack tests: {len(pack.tests)}")
+        return _list(pack, rules_dir, args.json)
+    return _test(pack, rules_dir, args.rule, args.verbose)
+
+
+def _list(pack: Any, rules_dir: Any, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps([_rule_entry(pack, r) for r in pack.rules], indent=2))
         return EXIT_OK
-    if args.rule and args.rule not in {r.id for r in pack.rules} | {"pack"}:
-        raise BadInput(f"no rule {args.rule!r} in {rules_dir} (rules: attribution rules list)")
-    results = run_tests(load_pack(rules_dir), only=args.rule)
+    print(f"rules pack {rules_dir} {pack.version}")
+    for phase in ("extract", "early", "final", "report"):
+        for r in pack.by_phase(phase):
+            order = f"order {r.order}" if r.output in ("annotations", "roles", "actions") else ""
+            print(f"  {phase:8} {r.id:32} v{r.version:<3} {r.output:11} {order:10} {len(r.tests)} test(s)")
+    print("precedence of verdicts (the first that gives one wins):")
+    for i, rid in enumerate(pack.precedence, 1):
+        print(f"  {i}. {rid}")
+    print(f"pack tests: {len(pack.tests)}")
+    return EXIT_OK
+
+
+def _rule_entry(pack: Any, r: Any) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "version": r.version,
+        "phase": r.phase,
+        "output": r.output,
+        "sources": r.sources,
+        "description": r.description.strip(),
+        "tests": len(r.tests),
+        "path": r.path,
+        "precedence": pack.precedence.index(r.id) + 1 if r.id in pack.precedence else None,
+    }
+
+
+def _test(pack: Any, rules_dir: Any, rule: str | None, verbose: bool) -> int:
+    from workload_attribution.rules.pack import load_pack
+    from workload_attribution.rules.testing import run_tests
+
+    if rule and rule not in {r.id for r in pack.rules} | {"pack"}:
+        raise BadInput(f"no rule {rule!r} in {rules_dir} (rules: attribution rules list)")
+    results = run_tests(load_pack(rules_dir), only=rule)
     failed = [c for c in results if not c.ok]
     for c in results:
-        if not c.ok or args.verbose:
+        if not c.ok or verbose:
             print(f"{'PASS' if c.ok else 'FAIL'} {c.rule} :: {c.case}" + (f"\n     {c.message}" if c.message else ""))
     print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
     return EXIT_OK if not failed else EXIT_BUG

@@ -47,14 +47,8 @@ def add(sub: Any) -> None:
     sv.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from workload_attribution.service import bounded
-    from workload_attribution.service.app import create_app
-
-    cfg = common.load_config(args)
-    svc = cfg.service
+def _connections_wanted(args: argparse.Namespace, svc: Any) -> int:
+    """The flags checked together: TLS files, the connection bound, the secrets the mode needs."""
     if bool(args.tls_cert) != bool(args.tls_key):
         raise BadInput("--tls-cert and --tls-key go together")
     for flag in ("tls_cert", "tls_key"):
@@ -70,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
     missing = [name for name in needed if not os.environ.get(name)]
     if missing and not args.insecure_no_auth:
         raise BadInput(f"set {' and '.join(missing)} (or pass --insecure-no-auth on a trusted network)")
+    return int(wanted)
+
+
+def _logging(args: argparse.Namespace) -> logging.Logger:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -78,6 +76,40 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("workload_attribution.access").setLevel(logging.WARNING)
     if args.insecure_no_auth:
         log.warning("--insecure-no-auth: requests are accepted without a token or a signature")
+    return log
+
+
+def _server(config: Any, log: logging.Logger, scheme: str, what: str, max_connections: int, svc: Any) -> Any:
+    """uvicorn's server, saying where it listens once it does (the port it really bound)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            bound = [s.getsockname() for srv in getattr(self, "servers", []) for s in srv.sockets or []]
+            where = ", ".join(f"{scheme}://{h if ':' not in h else f'[{h}]'}:{p}" for h, p, *_ in bound)
+            log.info(
+                "listening on %s (%s; max %d connections, request head within %g s, body stalls %g s)",
+                where or f"{scheme}://{config.host}:{config.port}",
+                what,
+                max_connections,
+                svc.header_timeout_s,
+                svc.body_timeout_s,
+            )
+
+    return Server(config)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from workload_attribution.service import bounded
+    from workload_attribution.service.app import create_app
+
+    cfg = common.load_config(args)
+    svc = cfg.service
+    wanted = _connections_wanted(args, svc)
+    log = _logging(args)
     max_connections = bounded.raise_fd_limit(wanted)
     if max_connections < wanted:
         log.warning(
@@ -85,13 +117,10 @@ def run(args: argparse.Namespace) -> int:
             max_connections,
             wanted,
         )
-    host, port = args.host or svc.host, args.port or svc.port
-    scheme = "https" if args.tls_cert else "http"
-    what = "dashboard and reads only" if args.dashboard_only else f"triggers start {svc.deployment}"
     config = uvicorn.Config(
         create_app(cfg, dashboard_only=args.dashboard_only, insecure=args.insecure_no_auth),
-        host=host,
-        port=port,
+        host=args.host or svc.host,
+        port=args.port or svc.port,
         http=bounded.protocol(svc.header_timeout_s, svc.body_timeout_s, max_connections),
         ws="none",
         log_level="warning",
@@ -101,20 +130,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_keep_alive=5,
         timeout_graceful_shutdown=10,
     )
-
-    class Server(uvicorn.Server):
-        async def startup(self, sockets: Any = None) -> None:
-            await super().startup(sockets)
-            bound = [s.getsockname() for srv in getattr(self, "servers", []) for s in srv.sockets or []]
-            where = ", ".join(f"{scheme}://{h if ':' not in h else f'[{h}]'}:{p}" for h, p, *_ in bound)
-            log.info(
-                "listening on %s (%s; max %d connections, request head within %g s, body stalls %g s)",
-                where or f"{scheme}://{host}:{port}",
-                what,
-                max_connections,
-                svc.header_timeout_s,
-                svc.body_timeout_s,
-            )
-
-    Server(config).run()
+    scheme = "https" if args.tls_cert else "http"
+    what = "dashboard and reads only" if args.dashboard_only else f"triggers start {svc.deployment}"
+    _server(config, log, scheme, what, max_connections, svc).run()
     return EXIT_OK
