@@ -5,7 +5,8 @@ BASE=${1:?usage: slurm_down.sh BASE}
 [ -d "$BASE" ] || exit 0
 alive() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) || return 1; [[ $st != Z* ]]; }
 export SLURM_CONF=$BASE/slurm/etc/slurm.conf
-if scontrol ping >/dev/null 2>&1; then
+# (no slurm.conf yet: nothing to ask; scontrol without one looks for a controller for a minute)
+if [ -s "$SLURM_CONF" ] && scontrol ping >/dev/null 2>&1; then
   ids=$(squeue -h -o %i 2>/dev/null); [ -n "$ids" ] && scancel $ids 2>/dev/null
 fi
 stop() {
