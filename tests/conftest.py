@@ -76,11 +76,21 @@ def seeded_warehouse(tmp_path_factory):
     return wh
 
 
-# Tests run in two processes (pyproject: -n 2), a group at a time: the tests that share a
-# session-wide service (the real Slurm, Prometheus, the Prefect stack, the wheel's venv) are one
-# group, in file order, so each service starts once; so are the flow tests, which share the Prefect
-# test home; any other module is its own group, so its module fixtures are built once.
-GROUPS = {"integration": "services", "flow": "prefect-home"}
+# Tests run in two processes (pyproject: -n 2), a group at a time. A group is a module, so its module
+# fixtures are built once, except where modules share something costly to build, which a group keeps
+# on one process: the Prefect stack (a server, a worker and serve from the wheel's venv), the Prefect
+# test home of the flow tests. Session services that start in seconds (Slurm, Prometheus, PostgreSQL)
+# start in each process that needs them, so the integration tests spread over both processes.
+GROUPS = {
+    "tests/integration/test_operations.py": "prefect-stack",
+    "tests/integration/test_triggers.py": "prefect-stack",
+    "tests/integration/test_wheel.py": "prefect-stack",  # the wheel's venv, which the stack runs
+    "tests/flow/": "prefect-home",
+}
+
+
+def group_of(path: str) -> str:
+    return next((group for prefix, group in GROUPS.items() if path.startswith(prefix)), path)
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -88,8 +98,6 @@ def pytest_xdist_make_scheduler(config, log):
 
     class ByServiceScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            parts = path.split("/")
-            return GROUPS.get(parts[1], path) if len(parts) > 2 and parts[0] == "tests" else path
+            return group_of(nodeid.split("::", 1)[0])
 
     return ByServiceScheduling(config, log)
