@@ -153,6 +153,41 @@ def trends(wh: Warehouse, filters: Filters, now: datetime | None = None) -> dict
             "top_hosts": [],
             "top_ports": [],
         }
+    period, bounds = _periods(wh, filters, first, last, now)
+    periods = [p.strftime("%Y-%m-%d") for p, _ in bounds]
+    bucket = f"strftime(date_trunc('{period}', attempt_end), '%Y-%m-%d')"
+    per_period = _per_period(wh, base, args, bucket, periods)
+    xids = wh.rows(
+        base
+        + f"""
+        SELECT {bucket}, s.symptom, count(DISTINCT f.diagnosis_id) FROM f JOIN diagnosis_symptoms s USING (diagnosis_id)
+        WHERE s.symptom LIKE 'xid\\_%' ESCAPE '\\' AND f.attempt_end IS NOT NULL GROUP BY ALL ORDER BY 1, 2""",
+        args,
+    )
+    top_hosts, host_periods = _hosts(wh, base, args, bucket)
+    ports = wh.rows(
+        base
+        + f"""
+        SELECT p.port, count(DISTINCT p.diagnosis_id) FROM ({_BLAMED_PORTS}) p JOIN f USING (diagnosis_id)
+        GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 8""",
+        args,
+    )
+    return {
+        "period": period,
+        "periods": periods,
+        "period_ends": [e.strftime("%Y-%m-%d") for _, e in bounds],
+        "per_period": per_period,
+        "xids": xids,
+        "host_periods": host_periods,
+        "top_hosts": top_hosts,
+        "top_ports": ports,
+    }
+
+
+def _periods(
+    wh: Warehouse, filters: Filters, first: datetime, last: datetime, now: datetime | None
+) -> tuple[str, list[tuple]]:
+    """The time axis (see trends): a day, a week or a month per bar, and each bar's start and end."""
     lo = filters.since or first
     hi = filters.until or (max(last, now or datetime.now(last.tzinfo)) if filters.since else last)
     hi = max(hi, lo)
@@ -165,21 +200,23 @@ def trends(wh: Warehouse, filters: Filters, now: datetime | None = None) -> dict
         f"date_trunc('{period}', ?::TIMESTAMPTZ) + INTERVAL 1 {period}, INTERVAL 1 {period})) AS p) ORDER BY p",
         [lo, hi],
     )
-    periods = [p.strftime("%Y-%m-%d") for p, _ in bounds]
-    period_ends = [e.strftime("%Y-%m-%d") for _, e in bounds]
-    bucket = f"strftime(date_trunc('{period}', attempt_end), '%Y-%m-%d')"
+    return period, bounds
+
+
+def _per_period(
+    wh: Warehouse, base: str, args: list[Any], bucket: str, periods: list[str]
+) -> list[tuple[str, dict[str, int]]]:
+    """Diagnoses per period by terminal state, every period of the axis included."""
     per: dict[str, dict[str, int]] = {p: {} for p in periods}
     for p, state, n in wh.rows(
         base + f"SELECT {bucket}, terminal_state, count(*) FROM f WHERE attempt_end IS NOT NULL GROUP BY ALL", args
     ):
         per.setdefault(p, {})[state] = n
-    xids = wh.rows(
-        base
-        + f"""
-        SELECT {bucket}, s.symptom, count(DISTINCT f.diagnosis_id) FROM f JOIN diagnosis_symptoms s USING (diagnosis_id)
-        WHERE s.symptom LIKE 'xid\\_%' ESCAPE '\\' AND f.attempt_end IS NOT NULL GROUP BY ALL ORDER BY 1, 2""",
-        args,
-    )
+    return sorted(per.items())
+
+
+def _hosts(wh: Warehouse, base: str, args: list[Any], bucket: str) -> tuple[list[tuple], list[tuple]]:
+    """The hosts blamed most (root or affected) and their diagnoses per period."""
     nodes = wh.rows(
         base
         + """
@@ -202,20 +239,4 @@ def trends(wh: Warehouse, filters: Filters, now: datetime | None = None) -> dict
         if top
         else []
     )
-    ports = wh.rows(
-        base
-        + f"""
-        SELECT p.port, count(DISTINCT p.diagnosis_id) FROM ({_BLAMED_PORTS}) p JOIN f USING (diagnosis_id)
-        GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 8""",
-        args,
-    )
-    return {
-        "period": period,
-        "periods": periods,
-        "period_ends": period_ends,
-        "per_period": sorted(per.items()),
-        "xids": xids,
-        "host_periods": host_periods,
-        "top_hosts": nodes,
-        "top_ports": ports,
-    }
+    return nodes, host_periods

@@ -34,9 +34,9 @@ def die(*a, **k):
     os.kill(os.getpid(), signal.SIGKILL)
 
 from workload_attribution.tasks import steps
-from workload_attribution.warehouse import store
+from workload_attribution.warehouse import writer
 if stage == "publish-mid-transaction":
-    store.Warehouse._insert_topology = die          # called inside the write transaction, after the main row
+    writer.insert_topology = die          # called inside the write transaction, after the main row
 else:
     setattr(steps, {"scope": "scope_attempt", "collect": "collect_source", "store": "store_observations",
                     "attribute": "attribute"}[stage], die)
