@@ -196,7 +196,7 @@ def _n(x: int) -> str:
 
 
 def markdown(rows: list[dict]) -> str:
-    """The rows as README's table ("How fast")."""
+    """The rows as a markdown table (docs/benchmarks.md, "The scan")."""
     out = [
         "| hosts | lines | hits (share) | MiB | grep -F | --inline | marginal | marginal / grep -F | per added hit "
         "| peak RSS | collect / store / rules | load |",

@@ -12,10 +12,11 @@ by `attribution diagnose BUNDLE --inline --json --warehouse W` in a process of i
     nodes-10k        attempt.yaml with 10,000 nodes (and no sacct.json, whose allocation would win)
     topology-1m      topology.yaml with 1,000,000 ports (refused: more than 200,000 links)
 
-It prints the verdict, the coverage of the source made huge, the time and the peak RSS, and checks
-the bound README states: peak RSS under 1 GiB, the verdict unchanged (hardware_failure/nvlink on
-gb-r12-n04), and for the topology, no row added to the warehouse. The scaled-down versions of
-each run in the default test run (tests/hostile).
+It prints the verdict, the coverage of the source made huge, the time and the peak RSS, checks
+the bounds docs/faults-and-bounds.md states (peak RSS under 1 GiB, the verdict unchanged,
+hardware_failure/nvlink on gb-r12-n04, and for the topology no row added to the warehouse), and
+ends with the markdown table of docs/benchmarks.md. The scaled-down versions of each run in the
+default test run (tests/hostile).
 """
 
 from __future__ import annotations
@@ -148,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", metavar="DIR", help="build the bundles here and keep them")
     a = ap.parse_args(argv)
     base = Path(a.keep or tempfile.mkdtemp(prefix="bounds-bench-"))
-    failures = []
+    failures: list[str] = []
+    rows: list[str] = []
     try:
         print(f"{'case':<13} {'build':>7} {'diagnose':>9} {'peak RSS':>10}  verdict / coverage")
         for name in a.only or list(CASES):
@@ -190,6 +192,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{source}={c['status']} observations={c['observations']:,} {shown} "
                 + (f"error={c['error'][:80]!r}" if c["error"] else "")
             )
+            rows.append(
+                f"| `{name}` | {seconds:.1f} s | {rss:,.0f} MiB | {d['terminal_state']}/{d['sub_domain']} "
+                f"| {source} `{c['status']}`, {c['observations']:,} observations"
+                + "".join(f", `{k}` {v:,}" for k, v in shown.items())
+                + (f", error: {c['error'][:60]}{'…' if len(c['error']) > 60 else ''}" if c["error"] else "")
+                + " |"
+            )
             if rss >= RSS_BOUND_MIB:
                 failures.append(f"{name}: peak RSS {rss:.0f} MiB, over {RSS_BOUND_MIB} MiB")
             if (d["terminal_state"], d["sub_domain"]) != ("hardware_failure", "nvlink") or (
@@ -204,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(base, ignore_errors=True)
     for f in failures:
         print(f"FAILED {f}")
+    print("\n| case | diagnose | peak RSS | verdict | coverage of the source made huge |")
+    print("| --- | ---: | ---: | --- | --- |\n" + "\n".join(rows))
     return 1 if failures else 0
 
 

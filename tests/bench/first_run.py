@@ -1,4 +1,4 @@
-"""The README's command 1 as a user meets it: how long `attribution diagnose tests/examples/xid149-worked`
+"""The README's worked example as a user meets it: how long `attribution diagnose tests/examples/xid149-worked`
 takes after install.
 
     python -m tests.bench.first_run [-n 5]
@@ -32,7 +32,9 @@ def run_once(attribution: Path, home: Path) -> float:
     r = subprocess.run([str(attribution), "diagnose", str(EXAMPLE)], cwd=ROOT, env=env, capture_output=True, text=True)
     took = time.perf_counter() - t
     if r.returncode != 0 or "hardware_failure / nvlink" not in r.stdout:
-        raise SystemExit(f"command 1 did not answer as the README shows (exit {r.returncode}):\n{r.stdout}{r.stderr}")
+        raise SystemExit(
+            f"the worked example did not answer as the README shows (exit {r.returncode}):\n{r.stdout}{r.stderr}"
+        )
     return took
 
 
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="first-run-") as home:
         first = run_once(attribution, Path(home))
         rest = [run_once(attribution, Path(home)) for _ in range(a.n)]
-    print("attribution diagnose tests/examples/xid149-worked  (README command 1, no Prefect server configured)")
+    print("attribution diagnose tests/examples/xid149-worked  (the README's worked example, no Prefect)")
     print(f"  first run (new home, no warehouse yet): {first:.2f} s")
     print(f"  later runs: {', '.join(f'{t:.2f}' for t in rest)} s   median {statistics.median(rest):.2f} s")
     worst = max([first, *rest])

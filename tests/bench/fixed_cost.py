@@ -103,13 +103,19 @@ def main(argv: list[str] | None = None) -> int:
         modes = [("bytecode cached (as installed)", cached)]
         if base.get("PYTHONDONTWRITEBYTECODE"):
             modes.insert(0, ("no bytecode cache (PYTHONDONTWRITEBYTECODE)", base))
+        rows = []
         for label, env in modes:
             print(f"  new process, {label}:")
-            print(f"    attribution --version                  {med(wall([str(attribution), '--version'], env, a.n))}")
-            print(f"    import (cli, diagnose, flows.inline)   {med(import_time(env, a.n))}")
+            version = wall([str(attribution), "--version"], env, a.n)
+            print(f"    attribution --version                  {med(version)}")
+            imports = import_time(env, a.n)
+            print(f"    import (cli, diagnose, flows.inline)   {med(imports)}")
             fresh = wall(diagnose, env, a.n)
             verdict = "met" if statistics.median(fresh) < FRESH_TARGET_S else "NOT met"
             print(f"    diagnose {a.example.name} --inline   {med(fresh)}  target < {FRESH_TARGET_S:g} s: {verdict}")
+            rows.append((f"`attribution --version`, new process, {label}", version, ""))
+            rows.append((f"imports of `diagnose --inline`, new process, {label}", imports, ""))
+            rows.append((f"`diagnose --inline` of the worked example, new process, {label}", fresh, FRESH_TARGET_S))
     times, bundles = warm(a.rounds)
     verdict = "met" if statistics.median(times) < WARM_TARGET_S else "NOT met"
     print(
@@ -117,8 +123,19 @@ def main(argv: list[str] | None = None) -> int:
         f"median {statistics.median(times):.3f} s, p90 {pct(times, 0.9):.3f} s, min {min(times):.3f} s  "
         f"target < {WARM_TARGET_S:g} s: {verdict}"
     )
-    print(f"  {load()}")
+    rows.append((f"a diagnosis in a warm process ({len(times)}: tests/regression x {a.rounds})", times, WARM_TARGET_S))
+    print(f"  {load()}\n\n{markdown(rows)}")
     return 0
+
+
+def markdown(rows: list[tuple[str, list[float], float | str]]) -> str:
+    """The figures as docs/benchmarks.md's table (python -m tests.bench --docs)."""
+    out = ["| what | median | p90 | min | target |", "| --- | ---: | ---: | ---: | --- |"]
+    for what, values, target in rows:
+        median = statistics.median(values)
+        met = "" if target == "" else f"< {target:g} s: {'met' if median < float(target) else 'NOT met'}"
+        out.append(f"| {what} | **{median:.2f} s** | {pct(values, 0.9):.2f} s | {min(values):.2f} s | {met} |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

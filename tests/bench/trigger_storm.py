@@ -1,6 +1,6 @@
 """Failures of a fleet end to end: webhook -> flow run -> diagnosis in the warehouse (a program that prints numbers).
 
-    python -m tests.bench.trigger_storm                    # the matrix of README's table, each setup twice
+    python -m tests.bench.trigger_storm                    # the matrix of docs/benchmarks.md's table, each setup twice
     python -m tests.bench.trigger_storm --db postgres --workers 2 --runs 1
     python -m tests.bench.trigger_storm --db sqlite --workers 1 -n 100 --copies 3 --idle 10 --csv storm.csv
 
@@ -28,7 +28,7 @@ webhook -> diagnosis in the storm and when idle, runs per idempotency key and ru
 events, counted in the workers by tests/bench/apicount.py), the server's requests per attempt
 from every client (workers, serve's run creations, this bench's count once a second) and its
 "database is locked" lines (from its access log), CPU seconds by process, and the load average.
-A markdown table of all setups ends the output (README, "How fast").
+A markdown table of all setups ends the output (docs/benchmarks.md).
 """
 
 from __future__ import annotations

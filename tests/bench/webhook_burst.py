@@ -267,6 +267,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     problems = check(storm, items, runs)
     print("  exactly once, invalid refused: " + ("yes" if not problems else "NO: " + "; ".join(problems)))
+    kinds = Counter(k for k, *_ in storm.bodies)
+    answers = ", ".join(f"{n} x {k}" for k, n in sorted(outcomes.items()))
+    health = f"{pct(probes, 0.5) * 1000:.0f} / {pct(probes, 0.99) * 1000:.0f} ms"
+    print(
+        "\n| calls (unique, duplicate, invalid) | in flight | answers | all answered | answer p50 / p99 "
+        "| /healthz p50 / p99 | diagnosed | attempts/h | exactly once |\n"
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |\n"
+        f"| {a.n} ({len(storm.unique)}, {kinds['duplicate']}, {kinds['invalid']}) | {a.concurrency} | {answers} "
+        f"| {answered:.0f} s | {pct(lat, 0.5):.1f} / {pct(lat, 0.99):.1f} s | {health} "
+        f"| {len(items)} in {done / 60:.0f} min | {len(storm.unique) / done * 3600:,.0f} "
+        f"| {'yes' if not problems else 'NO'} |"
+    )
     return 1 if problems else 0
 
 
