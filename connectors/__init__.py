@@ -1,5 +1,5 @@
 """Connectors: get an attempt's evidence from a source into its staging database.
 
 Each source is one module that registers its configuration model and its `collect(context)` with
-`connectors.registry`; see registry.py for the protocol and README.md ("Add a connector").
+`connectors.registry`; see registry.py for the protocol and docs/connectors.md ("Add a source").
 """

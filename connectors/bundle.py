@@ -1,4 +1,4 @@
-"""The offline attempt bundle (../shared/spec/bundle.md, documented in README.md).
+"""The offline attempt bundle (../shared/spec/bundle.md, documented in docs/contracts.md).
 
 `load_scope` reads attempt.yaml; `collect(source, ...)` loads one source into the staging
 database and returns its coverage record. A missing directory is `unavailable` (never read as

@@ -1,6 +1,6 @@
 """Fabric topology: which host (HCA) or switch each switch port is cabled to.
 
-Two inputs, one shape: the bundle's topology.yaml (see README: the bundle) and the text
+Two inputs, one shape: the bundle's topology.yaml (docs/contracts.md) and the text
 `ibnetdiscover` prints (the InfiniBand subnet discovery tool of rdma-core/infiniband-diags).
 Both give links (switch, port, peer, peer_kind, hca); a link to a name that is itself a
 switch is an inter-switch link.

@@ -1,7 +1,7 @@
 """Typed contracts at the seams: scope -> observations/coverage -> symptoms -> diagnosis.
 
 Field names of `Diagnosis` and its parts are the contract of ../shared/spec/diagnosis.md
-(documented again in README.md); they may grow, never be renamed. Their words are the closed sets
+(documented again in docs/contracts.md); they may grow, never be renamed. Their words are the closed sets
 of contracts/vocabulary.py.
 """
 

@@ -1,8 +1,8 @@
 """workload-attribution: why did this GPU training attempt die, and whom should we isolate?
 
 The package root holds the interfaces (the `attribution` CLI, the HTTP service, the dashboard);
-the layers below are subpackages: contracts (ground), connectors / rules / warehouse, tasks,
-flows. See README.md, "Folders".
+the layers below are subpackages: contracts (ground), staging, connectors / rules / warehouse,
+tasks, flows. See README.md, "Architecture".
 """
 
 from __future__ import annotations

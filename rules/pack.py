@@ -1,4 +1,4 @@
-"""Rule files: schema, loading and validation. Rules are data; see rules/README section in README.md.
+"""Rule files: schema, loading and validation. Rules are data; see rules/README.md.
 
 A rule is a YAML file under rules/<phase>/ with an id, a version, a phase, a description, what it
 outputs, the SQL (or a Python function for what SQL cannot express) and test cases beside it.
