@@ -164,18 +164,25 @@ class Trigger:
                     pass
 
     async def _create(self, key: str, parameters: dict[str, Any], tags: list[str]) -> Any:
+        from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+
         client, deployment_id = await self._connected()
         for delay in (0.2, 0.5, 1.0, 2.0, None):
             try:
+                # This loop is the retry: Prefect's client would also retry a refused connection, once
+                # it has connected before, for half a minute, so a server gone since the last trigger
+                # was answered "queued" instead of 503 (the sender keeping the trigger), as it is
+                # when the service never reached it.
                 async with self._gate:
                     t0 = time.perf_counter()
-                    run = await client.create_flow_run_from_deployment(
-                        deployment_id,
-                        parameters=parameters,
-                        idempotency_key=key,
-                        tags=tags,
-                        name=key.replace(":", "-")[:200],
-                    )
+                    with temporary_settings(updates={PREFECT_CLIENT_MAX_RETRIES: 0}):
+                        run = await client.create_flow_run_from_deployment(
+                            deployment_id,
+                            parameters=parameters,
+                            idempotency_key=key,
+                            tags=tags,
+                            name=key.replace(":", "-")[:200],
+                        )
                     log.debug("flow run %s for %s created in %.3f s", run.id, key, time.perf_counter() - t0)
                     return run
             except Exception as exc:
