@@ -135,12 +135,27 @@ def run_phases(
 
 
 def choose_verdict(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
-    """The verdict of the rule first in the pack's precedence (pack.yaml) among those that gave one."""
+    """The verdict of the rule first in the pack's precedence (pack.yaml) among those that gave one;
+    when none did, the pack's `no_verdict` (one statement: it is planned once either way)."""
+    none = pack.no_verdict
     con.execute("DELETE FROM verdict")
     con.execute(
-        "INSERT INTO verdict SELECT * EXCLUDE (place) FROM (SELECT *, list_position($order, rule_id) AS place "
-        "FROM verdicts) ORDER BY place NULLS LAST LIMIT 1",
-        {"order": pack.precedence},
+        """
+        INSERT INTO verdict SELECT * EXCLUDE (place, last_resort) FROM (
+            SELECT *, list_position($order, rule_id) AS place, false AS last_resort FROM verdicts
+            UNION ALL BY NAME
+            SELECT $terminal_state AS terminal_state, $sub_domain AS sub_domain, $confidence AS confidence,
+                   []::VARCHAR[] AS blamed_nodes, $action AS action, $reason AS reason, true AS last_resort
+        ) ORDER BY last_resort, place NULLS LAST LIMIT 1
+    """,
+        {
+            "order": pack.precedence,
+            "terminal_state": none.terminal_state.value,
+            "sub_domain": none.sub_domain.value,
+            "confidence": none.confidence.value,
+            "action": none.action.value,
+            "reason": none.reason,
+        },
     )
 
 

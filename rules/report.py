@@ -50,20 +50,9 @@ def build(
     notes: list[str],
 ) -> Diagnosis:
     verdict = rows(con, "SELECT * FROM verdict")
-    v = (
-        verdict[0]
-        if verdict
-        else {
-            "terminal_state": "unknown",
-            "sub_domain": "insufficient_evidence",
-            "confidence": "low",
-            "root_event_id": None,
-            "blamed_nodes": [],
-            "candidate_event_ids": None,
-            "action": "restart_job",
-            "reason": "no verdict",
-        }
-    )
+    if not verdict:  # run_phases always leaves one: the pack's no_verdict when no rule gave one
+        raise RuntimeError("no verdict to report: the rule phases (run_phases) did not run")
+    v = verdict[0]
     events = rows(
         con,
         """

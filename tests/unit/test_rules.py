@@ -118,3 +118,22 @@ def test_when_no_verdicts_rule_gives_a_verdict_the_diagnosis_says_so(tmp_path):
     assert d.recommended_action.value == "restart_job" and d.root_cause is None and d.affected_nodes == []
     assert d.candidates == [] and d.affected_components == []
     assert d.notes[0] == "no verdict" and "1 rule(s) did not run" in d.notes[1]
+
+
+@pytest.mark.parametrize(
+    "mutate,field,words",
+    [
+        (lambda t: t[: t.index("no_verdict:")], "no_verdict", "missing"),
+        (lambda t: t.replace("terminal_state: unknown", "terminal_state: unknwon"), "no_verdict.terminal_state", ""),
+        (lambda t: t.replace("sub_domain: insufficient_evidence", "sub_domain: gpu"), "no_verdict", "belong"),
+        (lambda t: t.replace("  reason: no verdict\n", ""), "no_verdict.reason", "required"),
+    ],
+)
+def test_the_pack_says_which_verdict_stands_when_no_rule_gives_one(tmp_path, mutate, field, words):
+    copy = tmp_path / "rules"
+    shutil.copytree(RULES_DIR, copy, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    meta = copy / "pack.yaml"
+    meta.write_text(mutate(meta.read_text()))
+    with pytest.raises(RuleFileError) as caught:
+        load_pack(copy)
+    assert caught.value.field == field and "pack.yaml" in str(caught.value) and words in str(caught.value)
