@@ -9,9 +9,12 @@ given, that the rule produced exactly `expect_count` rows.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import duckdb
 
 from workload_attribution.contracts.models import AttemptScope, Observation
 from workload_attribution.rules.engine import RunResult, Settings, prepare, run_rule
@@ -47,7 +50,12 @@ def _scope(case: RuleTest | PackTest) -> AttemptScope:
     return AttemptScope.model_validate({**DEFAULT_ATTEMPT, "nodes": nodes, **case.attempt})
 
 
-def _load(con, case: RuleTest | PackTest, scope: AttemptScope, keep=None) -> None:
+def _load(
+    con: duckdb.DuckDBPyConnection,
+    case: RuleTest | PackTest,
+    scope: AttemptScope,
+    keep: Callable[[str, str], bool] | None = None,
+) -> None:
     """Stage a case's lines (only those `keep(source, text)` lets through: what the scan would
     keep), records, samples, coverage and events."""
     by_file: dict[tuple[str, str | None], list[str]] = {}
@@ -137,7 +145,9 @@ def run_case(pack: Pack, rule: Rule, case: RuleTest, settings: Settings | None =
         release_staging(staging)
 
 
-def _run_case(con, pack: Pack, rule: Rule, case: RuleTest, scope: AttemptScope, settings: Settings) -> CaseResult:
+def _run_case(
+    con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, case: RuleTest, scope: AttemptScope, settings: Settings
+) -> CaseResult:
     prepare(con, pack, settings)
     # the rule sees what the scan keeps: lines with one of its literals (a wrong prefilter fails here)
     literals = rule.prefilter if rule.phase == "extract" else []
