@@ -99,7 +99,8 @@ def register(
     return add
 
 
-def _load() -> None:
+def load_all() -> None:
+    """Import every module of this package once: each registers its sources and schedulers."""
     global _loaded
     if _loaded:
         return
@@ -111,7 +112,7 @@ def _load() -> None:
 
 
 def connectors() -> dict[str, Connector]:
-    _load()
+    load_all()
     return dict(_REGISTRY)
 
 

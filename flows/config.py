@@ -111,7 +111,12 @@ class Config(BaseSettings):
 
     @classmethod
     def settings_customise_sources(
-        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         path = os.environ.get("ATTRIBUTION_CONFIG") or "attribution.yaml"
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
@@ -129,7 +134,7 @@ class ConfigError(BadInput):
         super().__init__(f"configuration: {problems[0]}{more}")
 
 
-def _allowed_keys(loc: tuple) -> list[str]:
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     """The keys the model at `loc` (a pydantic error location) accepts: to name them beside a typo."""
     import typing
 
