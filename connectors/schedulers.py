@@ -104,6 +104,8 @@ def _state_row(path: Path, line: int, row: dict[str, str]) -> State:
     if ended not in ENDED or failed not in ("yes", "no") or not row.get("state"):
         raise ValueError(f"{where}: state, ended ({'|'.join(ENDED)}) and failed (yes|no) are required")
     ts, sd = row.get("terminal_state", ""), row.get("sub_domain", "")
+    if sd and not ts:
+        raise ValueError(f"{where}: sub_domain {sd!r} without its terminal_state")
     try:
         if sd:
             check_pair(ts, sd)
