@@ -47,7 +47,10 @@ class ServiceConfig(BaseModel):
         "ATTRIBUTION_WEBHOOK_SECRET", description="env var: HMAC-SHA256 key of the webhooks"
     )
     replay_window_s: float = Field(300.0, gt=0, description="signed timestamps older/newer than this are refused")
-    max_body_bytes: int = Field(65536, gt=0)
+    max_body_bytes: int = Field(65536, gt=0, description="a webhook's body at most")
+    attempts_max_bytes: int = Field(
+        2**20, gt=0, description="POST /v1/attempts body at most (10,000 hosts of 63 characters fit)"
+    )
     diagnose_completed: bool = Field(False, description="also diagnose attempts that completed successfully")
     answer_within_s: float = Field(
         1.0,

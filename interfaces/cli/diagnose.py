@@ -34,7 +34,9 @@ def add(sub: Any) -> None:
     d.add_argument("bundles", nargs="*", metavar="BUNDLE", help="attempt bundle directory")
     d.add_argument("--job", metavar="JOBID", help="a Slurm job id / Kueue workload ([namespace/]name) on --cluster")
     d.add_argument("--cluster", metavar="NAME", help="configured cluster (default: the only one configured)")
-    d.add_argument("--nodes", metavar="H1,H2", help="explicit scope: these hosts ...")
+    d.add_argument(
+        "--nodes", metavar="H1,H2", help="explicit scope: these hosts (or a Slurm hostlist, gpu-[001-512]) ..."
+    )
     d.add_argument("--start", metavar="TIME", help="... from this RFC 3339 time ...")
     d.add_argument("--end", metavar="TIME", help="... to this one")
     d.add_argument("--json", action="store_true", help="the diagnosis JSON (several attempts: one document per line)")
@@ -108,6 +110,7 @@ def _when(flag: str, value: str) -> datetime:
 def targets(args: argparse.Namespace) -> list[Any]:
     from pydantic import ValidationError
 
+    from workload_attribution.contracts.hostlist import expand_hostlist
     from workload_attribution.contracts.identity import Target, Window
 
     try:
@@ -121,7 +124,7 @@ def targets(args: argparse.Namespace) -> list[Any]:
             if not (args.start and args.end):
                 raise BadInput("--nodes needs --start and --end")
             window = Window(
-                nodes=[n for n in args.nodes.split(",") if n],
+                nodes=expand_hostlist(args.nodes),
                 start=_when("start", args.start),
                 end=_when("end", args.end),
             )

@@ -158,7 +158,7 @@ async def attempts(request: Request) -> JSONResponse:
 
     svc = request.app.state.svc
     req = parse(
-        AttemptRequest, await read_body(request, svc.cfg.service.max_body_bytes, svc.cfg.service.body_timeout_s)
+        AttemptRequest, await read_body(request, svc.cfg.service.attempts_max_bytes, svc.cfg.service.body_timeout_s)
     )
     scheduler = _cluster(svc, req.cluster, None, "")
     if req.job_id and not scheduler.jobs:
