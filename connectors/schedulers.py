@@ -22,6 +22,7 @@ Everything else finds it here: the cluster configuration's `scheduler:` and its 
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -145,6 +146,8 @@ Discover = Callable[[Any, str, datetime, datetime], list[EndedAttempt]]
 
 @dataclass(frozen=True)
 class Scheduler:
+    """What a scheduler can do, registered by its module (see the module's docstring)."""
+
     name: str
     scope: Scope  # (its config, the target) -> the attempt's scope; transient failures raise to be retried
     states: StateTable = field(default_factory=StateTable)
@@ -164,8 +167,6 @@ _SCHEDULERS: dict[str, Scheduler] = {}
 
 
 def register_scheduler(scheduler: Scheduler) -> Scheduler:
-    import re
-
     if not re.match(SCHEDULER_PATTERN, scheduler.name):
         raise ValueError(f"scheduler name {scheduler.name!r}: lower_snake_case, at most 32 characters")
     known = _SCHEDULERS.get(scheduler.name)
