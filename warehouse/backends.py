@@ -23,12 +23,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import parse_qs, unquote, urlparse
 
 import duckdb
 
 from workload_attribution.contracts.errors import BadInput, NotStored
+from workload_attribution.warehouse import turns
 from workload_attribution.warehouse.conflicts import is_conflict, retry
+
+T = TypeVar("T")
 
 LOCK_WAIT_S = 60.0
 # A lake writer's inserts of at most this many rows into a table go to the catalog (DuckLake's data
@@ -106,7 +110,8 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
 
 
 def open_lake(lake: Lake, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """A connection with the lake attached as `warehouse` and in use; a writer's inlines small inserts."""
+    """A connection with the lake attached as `warehouse` and in use; a writer's inlines small
+    inserts and can take an attempt's turn (warehouse/turns.py)."""
     con = duckdb.connect()
     try:
         con.execute(f"LOAD '{_extension('postgres_scanner')}'")
@@ -118,6 +123,8 @@ def open_lake(lake: Lake, read_only: bool) -> duckdb.DuckDBPyConnection:
         )
         retry(lambda: con.execute(f"ATTACH 'ducklake:postgres:{lake.dsn}' AS warehouse ({opts})"))
         con.execute("USE warehouse")
+        if not read_only:
+            turns.attach(con, lake.dsn)
     except Exception:
         con.close()
         raise
@@ -161,28 +168,29 @@ atexit.register(_close_lake_writers)
 def write_kept_lake(
     url: str,
     open_writer: Callable[[], duckdb.DuckDBPyConnection],
-    write: Callable[[duckdb.DuckDBPyConnection], None],
-) -> None:
-    """Run one write transaction on this process's kept connection to the lake at `url` (the caller
-    holds WRITE_LOCK). The connection is kept between writes: loading the extensions and attaching
-    the catalog cost a worker ~0.5 CPU-seconds per attempt, more than the write (~0.2 s). Each write
-    is its own transaction, which reads the catalog's latest snapshot, so a kept connection sees
-    every other writer's commits. A kept connection that fails (the catalog's server restarted) is
-    dropped and the write tried once more on a new one from `open_writer`. (A DuckDB file is opened
-    per write: held open it would lock out every other process, an analyst's included.)"""
+    write: Callable[[duckdb.DuckDBPyConnection], T],
+) -> T:
+    """Run one write (its transaction, retried as it needs: conflicts.retry) on this process's kept
+    connection to the lake at `url` (the caller holds WRITE_LOCK). The connection is kept between
+    writes: loading the extensions and attaching the catalog cost a worker ~0.5 CPU-seconds per
+    attempt, more than the write (~0.2 s). Each write is its own transaction, which reads the
+    catalog's latest snapshot, so a kept connection sees every other writer's commits. A kept
+    connection that fails (the catalog's server restarted) is dropped and the write tried once
+    more on a new one from `open_writer`. (A DuckDB file is opened per write: held open it would
+    lock out every other process, an analyst's included.)"""
     kept = _LAKE_WRITERS.get(url)
     if kept is not None:
         try:
-            retry(lambda: write(kept))
-            return
+            return write(kept)
         except duckdb.Error as exc:
             _drop_lake_writer(url)
             if is_conflict(exc):
                 raise
     con = open_writer()
     try:
-        retry(lambda: write(con))
+        done = write(con)
     except BaseException:
         con.close()
         raise
     _LAKE_WRITERS[url] = con
+    return done
