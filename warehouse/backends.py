@@ -5,10 +5,12 @@
   fails loudly (the attempt stays undiagnosed for the next run).
 - DuckLake with a PostgreSQL catalog and a shared data path, for many writers on many hosts
   (`warehouse: ducklake+postgres://user@host:5432/dbname?data_path=/shared/lake/`, the password
-  in PGPASSWORD or ~/.pgpass as libpq reads them). DuckLake commits optimistically: a writer whose
-  transaction conflicts with another's retries it (warehouse/conflicts.py). The ducklake and
-  postgres_scanner extensions come from PyPI (duckdb-extension-ducklake / -postgres-scanner, built
-  for the pinned DuckDB) and are loaded from their files: nothing is downloaded at run time.
+  in PGPASSWORD or ~/.pgpass as libpq reads them); the data path may be a bucket
+  (`data_path=s3://bucket/prefix/`, credentials from the AWS variables: warehouse/object_store.py).
+  DuckLake commits optimistically: a writer whose transaction conflicts with another's retries it
+  (warehouse/conflicts.py), and writers of one attempt take turns (warehouse/turns.py). The
+  ducklake, postgres_scanner and httpfs extensions come from PyPI (duckdb-extension-*, built for
+  the pinned DuckDB) and are loaded from their files: nothing is downloaded at run time.
 
 A process keeps its connection to each lake it writes between writes (see write_kept_lake).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import os
 import random
 import threading
 import time
@@ -31,6 +34,7 @@ import duckdb
 from workload_attribution.contracts.errors import BadInput, NotStored
 from workload_attribution.warehouse import turns
 from workload_attribution.warehouse.conflicts import is_conflict, retry
+from workload_attribution.warehouse.object_store import is_object_store, secret_sql
 
 T = TypeVar("T")
 
@@ -53,7 +57,7 @@ class WarehouseConfigError(BadInput):
 @dataclass(frozen=True)
 class Lake:
     dsn: str  # libpq connection string of the PostgreSQL catalog
-    data_path: str  # where the Parquet files live (a shared filesystem for many hosts)
+    data_path: str  # where the Parquet files live: a shared filesystem, or s3://bucket/prefix/
 
 
 def parse_lake(url: str) -> Lake | None:
@@ -63,9 +67,15 @@ def parse_lake(url: str) -> Lake | None:
     u = urlparse(url)
     if u.scheme != "ducklake+postgres" or not u.path.strip("/"):
         raise WarehouseConfigError(f"{url}: expected ducklake+postgres://user@host:port/dbname?data_path=/shared/dir/")
-    data_path = (parse_qs(u.query).get("data_path") or [""])[0]
+    query = parse_qs(u.query)
+    unknown = sorted(set(query) - {"data_path"})
+    if unknown:  # named, never echoed: credentials belong in the environment, not in the URL
+        raise WarehouseConfigError(f"{str(url).split('?')[0]}: unknown option {unknown[0]}= (only data_path=)")
+    data_path = (query.get("data_path") or [""])[0]
     if not data_path:
-        raise WarehouseConfigError(f"{url}: data_path= is required (a directory every writer can reach)")
+        raise WarehouseConfigError(f"{url}: data_path= is required (a directory every writer can reach, or s3://)")
+    if "://" in data_path and not is_object_store(data_path):
+        raise WarehouseConfigError(f"{url}: data_path= is a directory or s3://bucket/prefix/")
     parts = {
         "host": u.hostname,
         "port": u.port,
@@ -116,7 +126,9 @@ def open_lake(lake: Lake, read_only: bool) -> duckdb.DuckDBPyConnection:
     try:
         con.execute(f"LOAD '{_extension('postgres_scanner')}'")
         con.execute(f"LOAD '{_extension('ducklake')}'")
-        if not read_only:
+        if is_object_store(lake.data_path):
+            _reach_bucket(con, lake.data_path)
+        elif not read_only:
             Path(lake.data_path).mkdir(parents=True, exist_ok=True)
         opts = f"DATA_PATH '{lake.data_path}', " + (
             "READ_ONLY" if read_only else f"DATA_INLINING_ROW_LIMIT {LAKE_INLINE_ROWS}"
@@ -129,6 +141,17 @@ def open_lake(lake: Lake, read_only: bool) -> duckdb.DuckDBPyConnection:
         con.close()
         raise
     return con
+
+
+def _reach_bucket(con: duckdb.DuckDBPyConnection, data_path: str) -> None:
+    """httpfs and the bucket's secret (warehouse/object_store.py). DuckDB's error for a statement
+    quotes the statement, which holds the credentials: its failure is said without it."""
+    con.execute(f"LOAD '{_extension('httpfs')}'")
+    sql = secret_sql(data_path, os.environ)
+    try:
+        con.execute(sql)
+    except duckdb.Error:
+        raise WarehouseConfigError(f"{data_path}: no S3 secret could be made from the AWS_* variables") from None
 
 
 def no_lake_yet(exc: Exception) -> bool:
