@@ -147,6 +147,9 @@ def _reach_bucket(con: duckdb.DuckDBPyConnection, data_path: str) -> None:
     """httpfs and the bucket's secret (warehouse/object_store.py). DuckDB's error for a statement
     quotes the statement, which holds the credentials: its failure is said without it."""
     con.execute(f"LOAD '{_extension('httpfs')}'")
+    # object stores answer 500/503 now and then (S3's SlowDown, a busy server): retried for ~15 s
+    # (httpfs's default gives up after 3 tries in 2 s), so a busy bucket delays a write, not fails it
+    con.execute("SET http_retries = 6; SET http_retry_wait_ms = 250; SET http_retry_backoff = 2")
     sql = secret_sql(data_path, os.environ)
     try:
         con.execute(sql)

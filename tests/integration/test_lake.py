@@ -12,36 +12,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.services.postgres import Postgres
 from workload_attribution.warehouse.store import Warehouse, WarehouseConfigError, parse_lake, views
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def s3():
-    from tests.services.seaweedfs import SeaweedS3
-
-    base = Path(tempfile.mkdtemp(prefix="attribution-s3-"))
-    server = SeaweedS3(base).start()
-    yield server
-    server.stop()
-    shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    base = Path(tempfile.mkdtemp(prefix="attribution-pg-"))  # not under pytest's 0700 tmp: the server runs as postgres
-    base.chmod(0o755)
-    pg = Postgres(base / "pg").start()
-    yield pg
-    pg.stop()
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def test_lake_url_parsing():

@@ -9,7 +9,8 @@ diagnosed once here, then offered to the warehouse in three or four versions:
 - for every other attempt, a newer pack (2027.1.1) that diagnosed earlier (T - 60 s): it wins.
 
 Each losing version names one more affected host (a node no view may show), so a wrong winner
-changes the views. Every round, on a fresh warehouse, WRITERS processes start at once (they wait
+changes the views. Every round, on a fresh warehouse (a DuckDB file; a lake whose data is on disk
+in even rounds, in a real S3 server's bucket in odd ones), WRITERS processes start at once (they wait
 for one file) and write overlapping shares of those versions (each version by two of them, in a
 shuffled order) while one more process maintains the warehouse over and over. Then:
 one row per attempt, each the version precedence says, and every table's count and every analyst
@@ -28,17 +29,14 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
 from datetime import timedelta
 from pathlib import Path
 from unittest import mock
 
 import pytest
 
-from tests.services.postgres import Postgres
 from tests.waiting import wait_line
 from workload_attribution.contracts.models import Diagnosis
 from workload_attribution.warehouse.store import Warehouse, views
@@ -56,16 +54,6 @@ TABLES = (
     "diagnosis_evidence",
     "topology_links",
 )
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    base = Path(tempfile.mkdtemp(prefix="attribution-pg-"))  # not under pytest's 0700 tmp: the server runs as postgres
-    base.chmod(0o755)
-    pg = Postgres(base / "pg").start()
-    yield pg
-    pg.stop()
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def _diagnosed(base: Path) -> list[tuple[Diagnosis, list]]:
@@ -160,8 +148,8 @@ def _run_writers(url: str, pairs: list, rng: random.Random, work: Path, env: dic
     maintainer.wait(600)
     everyone = [*writers, maintainer]
     logs = [(work / f"writer-{w}.log") for w in range(len(writers))] + [work / "maintainer.log"]
-    failed = [f"{log.name}: {log.read_text()[-2000:]}" for p, log in zip(everyone, logs) if p.returncode != 0]
-    assert not failed, failed
+    failed = [f"{log.name}: {log.read_text()[-3000:]}" for p, log in zip(everyone, logs) if p.returncode != 0]
+    assert not failed, "\n".join(failed)
     return [wait_line(p, "d ", 10) for p in everyone]  # "wrote ...", "maintained ..."
 
 
@@ -207,12 +195,15 @@ def test_concurrent_writers_of_a_duckdb_file_leave_one_current_diagnosis_per_att
         _same_as_single(Warehouse(wh), single, winners)
 
 
-def test_concurrent_writers_of_a_lake_leave_one_current_diagnosis_per_attempt(offered, postgres, tmp_path, monkeypatch):
+def test_concurrent_writers_of_a_lake_leave_one_current_diagnosis_per_attempt(offered, postgres, s3, tmp_path):
+    """Rounds alternate the lake's data path: on disk, then in a bucket of a real S3 server."""
     pairs, winners, single = offered
-    monkeypatch.setenv("PGPASSWORD", postgres.password)
+    env = {**os.environ, "PGPASSWORD": postgres.password, **s3.env}
     for r in range(ROUNDS):
         db = postgres.create_database(f"stress_{os.getpid()}_{r}")
-        url = f"ducklake+postgres://{postgres.user}@127.0.0.1:{postgres.port}/{db}?data_path={tmp_path / f'lake-{r}'}"
-        said = _run_writers(url, pairs, random.Random(100 + r), tmp_path / f"round-{r}", dict(os.environ))
-        print(f"round {r}: {said}")
-        _same_as_single(Warehouse(url), single, winners)
+        data = tmp_path / f"lake-{r}" if r % 2 == 0 else f"s3://{s3.bucket}/stress-{os.getpid()}-{r}/"
+        url = f"ducklake+postgres://{postgres.user}@127.0.0.1:{postgres.port}/{db}?data_path={data}"
+        said = _run_writers(url, pairs, random.Random(100 + r), tmp_path / f"round-{r}", env)
+        print(f"round {r} ({data}): {said}")
+        with mock.patch.dict(os.environ, env):
+            _same_as_single(Warehouse(url), single, winners)
