@@ -182,5 +182,43 @@ def attribute_attempt(target: Target) -> dict[str, Any]:
     waits, with retries, until the scheduler has recorded the attempt's end. `attempt` is what the
     trigger reported; the scheduler's own restart count is what the diagnosis records.
     """
+    _not_crashed_too_often()
     target, options = resolve(load_config(), target)
     return run_story(target, options)
+
+
+class CrashedTooOften(RuntimeError):
+    """The attempt's run crashed more often than it is run again (flows/deployments.py)."""
+
+
+def _not_crashed_too_often() -> None:
+    """A crashed run is scheduled again by the automation `attribution deploy` applies; this run's
+    count bounds that (crash_retry_note). A run again after a crash says so in its log."""
+    from prefect.logging import get_run_logger
+    from prefect.runtime import flow_run
+
+    runs = int(flow_run.run_count or 1)
+    if runs > 1:
+        get_run_logger().warning(crash_retry_note(runs, _crash_reasons(str(flow_run.id))))
+
+
+def crash_retry_note(runs: int, crashes: list[str]) -> str:
+    """What run `runs` of an attempt after `crashes` (their reasons, oldest first) says; past
+    1 + CRASH_RETRIES runs, CrashedTooOften: the run fails, naming why, and is not run again."""
+    from workload_attribution.flows.deployments import CRASH_RETRIES
+
+    last = crashes[-1] if crashes else "crashed"
+    if runs > 1 + CRASH_RETRIES:
+        raise CrashedTooOften(f"run {runs} of this attempt, after {len(crashes)} crash(es) (last: {last}): not again")
+    return f"run {runs} of this attempt, after a crash: {last}"
+
+
+def _crash_reasons(run_id: str) -> list[str]:
+    """The messages of this run's Crashed states, oldest first."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        states = client.read_flow_run_states(UUID(run_id))
+    return [s.message or "crashed" for s in sorted(states, key=lambda s: s.timestamp) if s.type.value == "CRASHED"]

@@ -14,6 +14,7 @@ Reads go through a sandboxed read-only connection (`reader`); the service's read
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,7 +44,10 @@ from workload_attribution.warehouse.backends import (
 from workload_attribution.warehouse.conflicts import is_conflict, retry
 from workload_attribution.warehouse.maintenance import LAKE_SNAPSHOTS_KEPT, checkpoint_file, maintain_lake
 from workload_attribution.warehouse.schema import WarehouseTooNew, migrate, views
+from workload_attribution.warehouse.turns import turn
 from workload_attribution.warehouse.writer import insert_topology, write_diagnosis
+
+log = logging.getLogger("attribution.warehouse")
 
 # the names callers and tests import from here (the kept lake writers: test_lake looks at them)
 _conflict = is_conflict
@@ -181,21 +185,32 @@ class Warehouse:
             ).fetchone()
         return json.loads(r[0]) if r else None
 
-    def write(self, d: Diagnosis, topology: list[tuple] | None = None) -> None:
-        """Replace this attempt's diagnosis (and its parts) in one transaction; `topology` (switch,
-        port, peer, peer_kind, hca) rows seen with the attempt are recorded as of its start. A lake
-        is written through this process's kept connection to it (backends.write_kept_lake)."""
+    def write(self, d: Diagnosis, topology: list[tuple] | None = None) -> bool:
+        """Replace this attempt's diagnosis (and its parts) in one transaction, unless the stored
+        one outranks it (a newer rules pack's: warehouse/precedence.py; then False, nothing
+        written); `topology` (switch, port, peer, peer_kind, hca) rows seen with the attempt are
+        recorded as of its start. A lake is written through this process's kept connection to it
+        (backends.write_kept_lake), in the attempt's turn (warehouse/turns.py)."""
+
+        def in_turn(con: duckdb.DuckDBPyConnection) -> bool:
+            with turn(con, d.attempt.id.key, self.lock_wait_s):
+                return retry(lambda: write_diagnosis(con, d, topology))
+
         try:
             with WRITE_LOCK:
                 if self.lake is None:
                     with self.connect() as con:
-                        retry(lambda: write_diagnosis(con, d, topology))
+                        written = retry(lambda: write_diagnosis(con, d, topology))
                 else:
-                    write_kept_lake(
-                        self.url, lambda: self._open(read_only=False), lambda con: write_diagnosis(con, d, topology)
-                    )
+                    written = write_kept_lake(self.url, lambda: self._open(read_only=False), in_turn)
         except (duckdb.Error, OSError) as exc:
             raise NotStored(f"{self}: the diagnosis could not be written: {first_line(exc)}", d) from exc
+        except NotStored as exc:  # the file locked, the attempt's turn not taken: the diagnosis goes with it
+            exc.diagnosis = exc.diagnosis or d
+            raise
+        if not written:
+            log.info("%s: kept the stored diagnosis of %s (it outranks this one)", self, d.attempt.id.key)
+        return written
 
     def load_topology(self, cluster: str, rows: list[tuple], valid_from: datetime, source: str) -> int:
         """Record a topology snapshot (e.g. `attribution topology load`); returns the links added."""
@@ -208,4 +223,6 @@ class Warehouse:
             return {"backend": "duckdb", "skipped": "no warehouse file yet"}
         now = datetime.now(timezone.utc)
         with WRITE_LOCK, self.connect() as con:
-            return checkpoint_file(con) if self.lake is None else maintain_lake(con, now, snapshots_kept)
+            return (
+                checkpoint_file(con) if self.lake is None else maintain_lake(con, now, snapshots_kept, self.lock_wait_s)
+            )
