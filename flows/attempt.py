@@ -30,10 +30,12 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
+from workload_attribution.contracts.actions import ActionRecord
 from workload_attribution.contracts.errors import TransientSourceError
 from workload_attribution.contracts.identity import Target
+from workload_attribution.contracts.models import Diagnosis
 from workload_attribution.flows.config import load_config
-from workload_attribution.flows.pipeline import RETRY_DELAYS_S, Options, attribute_story, resolve
+from workload_attribution.flows.pipeline import RETRY_DELAYS_S, Options, act, attribute_story, resolve
 from workload_attribution.tasks import steps
 
 
@@ -151,6 +153,20 @@ class PrefectRunner:
             warehouse,
             scoped,
             said=lambda d: f": diagnosis {d.diagnosis_id} to the warehouse" if warehouse else ": not stored",
+        )
+
+    def act(self, diagnosis: Diagnosis, options: Options) -> list[ActionRecord]:
+        if diagnosis.attempt.cluster not in options.acting:
+            return []
+        return _logged(
+            "act",
+            act,
+            diagnosis,
+            options,
+            said=lambda rows: (
+                ": "
+                + (", ".join(f"{r.sink} {r.operation} {r.node or '-'} {r.outcome.value}" for r in rows) or "nothing")
+            ),
         )
 
 
