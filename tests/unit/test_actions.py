@@ -355,3 +355,17 @@ def test_the_actions_block_is_checked_like_the_rest(tmp_path):
         {"sinks": [{"kind": "webhook", "url": "http://a"}, {"kind": "webhook", "url": "http://b", "name": "b"}]}
     )
     assert [s.label for s in twice.sinks] == ["webhook", "b"]
+
+
+def test_the_backfill_acts_on_what_it_diagnoses(sinks, tmp_path):
+    from workload_attribution.flows.backfill import backfill_inline
+
+    wh = str(tmp_path / "w.duckdb")
+    actions = "{dry_run: false, max_partition_percent: 100, sinks: [{kind: slurm}]}"
+    (tmp_path / "a.yaml").write_text(f"clusters:\n  eos:\n    scheduler: static\n    actions: {actions}\n")
+    cfg = load_config(str(tmp_path / "a.yaml"), warehouse=wh)
+    summary = backfill_inline(
+        since="2026-11-01T00:00:00Z", until="2026-12-01T00:00:00Z", bundles_dir=str(WORKED.parent), cfg=cfg
+    )
+    assert summary.diagnosed == 1
+    assert [(r.sink, r.node, r.outcome.value) for r in Warehouse(wh).actions()] == [("slurm", "gb-r12-n04", "done")]

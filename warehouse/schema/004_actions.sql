@@ -1,7 +1,8 @@
 -- Warehouse schema v4: what the action sinks decided and did about each diagnosis (actions/,
 -- contracts/actions.py): one row per sink, operation and node; a reversal (undo, a re-diagnosis'
 -- resolve) is a row of its own naming the row it reverses. Rows are never replaced with the
--- diagnosis: they are the audit of what was done to the fleet.
+-- diagnosis: they are the audit of what was done to the fleet. (No comment may end the line
+-- before PRIMARY KEY: a lake's copy of this file drops the key by pattern, schema.py.)
 CREATE TABLE IF NOT EXISTS actions (
     action_id VARCHAR NOT NULL,
     decided_at TIMESTAMPTZ NOT NULL, seq INTEGER NOT NULL,   -- seq: the row's place among those decided together
@@ -19,6 +20,7 @@ CREATE TABLE IF NOT EXISTS actions (
     reason VARCHAR,               -- why skipped, the last error, what a flag means
     tries INTEGER,
     reverts VARCHAR,              -- the action_id this row reverses or flags
-    details JSON,                 -- what was sent (the alert's labels, the drain's reason): what an undo needs
+    -- details: what was sent (the alert's labels, the drain's reason), what an undo needs
+    details JSON,
     PRIMARY KEY (action_id)
 );
