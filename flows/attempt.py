@@ -8,7 +8,8 @@ submitted in parallel, each with its own state. A source with nothing to collect
 bundle, no file for any host) is not a task run: its coverage record says so, made by the same
 connector code. Store, attribute and publish work on this process's own staging database and
 warehouse connection, with nothing to retry: they are plain calls, each one line of the flow run's
-log with what it did and how long it took (a task run is three events and a log line on the Prefect
+log with what it did and how long it took (act, the cluster's action sinks, too: it retries its
+sinks itself and records each outcome) (a task run is three events and a log line on the Prefect
 server for each step of each attempt; on a fleet's storm of failures that is the server's load).
 
 Task parameters are quoted: Prefect would otherwise walk every argument (the rules pack, the

@@ -369,3 +369,70 @@ def test_the_backfill_acts_on_what_it_diagnoses(sinks, tmp_path):
     )
     assert summary.diagnosed == 1
     assert [(r.sink, r.node, r.outcome.value) for r in Warehouse(wh).actions()] == [("slurm", "gb-r12-n04", "done")]
+
+
+# ------------------------------------------------------------------------------------- Slurm's ways
+
+
+SCONTROL_LINE = (
+    "NodeName=node02 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=8 CPUTot=8 CPULoad=4.05 "
+    "OS=Linux 6.18.44-fc-v1252 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=2000 State=IDLE+DRAIN ThreadsPerCore=1 "
+    "Partitions=debug,gpu  BootTime=2026-12-04T09:16:39 CfgTRES=cpu=8,mem=2000M,billing=8 AllocTRES= "
+    "ExtSensorsTemp=n/s Reason=attribution abc-123 xid_149 hardware_failure/nvlink [root@2026-12-04T11:15:27]"
+)
+
+
+def test_scontrols_one_line_per_node_is_read():
+    from workload_attribution.actions.sinks.slurm import parse_scontrol
+
+    (node,) = parse_scontrol(SCONTROL_LINE + "\n")
+    assert (node.name, node.partitions, node.reason) == (
+        "node02",
+        ("debug", "gpu"),
+        "attribution abc-123 xid_149 hardware_failure/nvlink",
+    )
+    assert node.drained and node.out_of_service and node.states == {"IDLE", "DRAIN"}
+
+
+def test_a_slurmrestd_that_can_update_nodes_is_asked_to(xid):
+    """slurmrestd 23.02 on (v0.0.39+) offers POST /slurm/<v>/node/{node_name}: the drain and the
+    resume go there, not to scontrol (the real 22.05 cannot: tests/integration/test_actions.py)."""
+    import json as _json
+
+    import httpx
+
+    from workload_attribution.actions.sinks.slurm import Slurm, SlurmSinkConfig
+    from workload_attribution.connectors.slurm import SlurmSource
+
+    node = {"name": "gb-r12-n04", "state": ["IDLE"], "partitions": ["gpu"], "reason": ""}
+    posted: list[dict[str, Any]] = []
+
+    def answer(status: int, doc: dict[str, Any]) -> httpx.Response:  # a body streamed, as a server's is
+        return httpx.Response(status, stream=httpx.ByteStream(_json.dumps(doc).encode()))
+
+    def slurmrestd(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/openapi":
+            paths = {"/slurm/v0.0.40/node/{node_name}": {"get": {}, "post": {}, "delete": {}}}
+            return answer(200, {"paths": paths})
+        if request.method == "POST" and path == "/slurm/v0.0.40/node/gb-r12-n04":
+            posted.append(_json.loads(request.content))
+            drained = "DRAIN" in posted[-1]["state"]
+            node.update(state=["IDLE", "DRAIN"] if drained else ["IDLE"], reason=posted[-1].get("reason", ""))
+            return answer(200, {"errors": [], "warnings": []})
+        if path in ("/slurm/v0.0.40/node/gb-r12-n04", "/slurm/v0.0.40/nodes"):
+            return answer(200, {"nodes": [node], "errors": []})
+        return answer(404, {"errors": [{"error": f"no {path}"}]})
+
+    sink = Slurm(
+        SlurmSinkConfig(scontrol="/nonexistent/scontrol"),
+        SlurmSource(rest_url="http://slurmrestd:6820"),
+        transport=httpx.MockTransport(slurmrestd),
+    )
+    assert sink.fleet() == Fleet({"gpu": frozenset({"gb-r12-n04"})}, frozenset())
+    done = sink.act(Request(xid, "gb-r12-n04", "a1"))
+    reason = f"attribution {xid.diagnosis_id} xid_149 hardware_failure/nvlink"
+    assert done == {"reason": reason, "via": "slurmrestd", "state_before": "IDLE"}
+    assert posted == [{"state": ["DRAIN"], "reason": reason}]
+    assert sink.revert(_drained(xid, "gb-r12-n04"), "undone")["via"] == "slurmrestd"
+    assert posted[-1] == {"state": ["RESUME"]}
