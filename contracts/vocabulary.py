@@ -115,6 +115,7 @@ ISOLATING_ACTIONS = frozenset({Action.drain_node, Action.drain_and_reset_gpu, Ac
 
 
 class Role(Vocabulary):
+    # in this order a diagnosis lists its symptoms (rules/report.py): root first
     root = "root"
     contributing = "contributing"
     cascade = "cascade"

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from workload_attribution.contracts.vocabulary import Action, SubDomain, TerminalState, check_pair
+from workload_attribution.contracts.vocabulary import Action, Confidence, SubDomain, TerminalState, check_pair
 
 # libyaml's C loader when present: the same safe subset, ~15x faster than the pure-Python one.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -24,6 +24,7 @@ PHASES = ("extract", "early", "final", "report")
 OUTPUTS = ("events", "annotations", "verdicts", "roles", "actions")
 # Outputs whose rules change what other rules of the phase see: their order must be explicit.
 ORDERED_OUTPUTS = ("annotations", "roles", "actions")
+PACK_KEYS = ("version", "python", "precedence", "no_verdict")  # pack.yaml's
 ROLE_HINTS = ("root_candidate", "cascade", "context", "benign", "fact", "scheduler")
 
 
@@ -132,10 +133,27 @@ class PackTest(Strict):
     path: str = ""
 
 
+class NoVerdict(Strict):
+    """pack.yaml `no_verdict:`: the verdict that stands when no verdicts rule gives one (the pack's
+    fallback rule failed, or it has none). It blames nobody and names no root."""
+
+    terminal_state: TerminalState
+    sub_domain: SubDomain
+    confidence: Confidence
+    action: Action
+    reason: str = Field(min_length=1, description="the diagnosis's note saying why")
+
+    @model_validator(mode="after")
+    def _belong_together(self) -> NoVerdict:
+        check_pair(self.terminal_state, self.sub_domain)
+        return self
+
+
 class Pack(BaseModel):
     version: str
     rules: list[Rule]
     precedence: list[str] = Field(default_factory=list, description="verdicts rules, the winner first")
+    no_verdict: NoVerdict = Field(description="pack.yaml `no_verdict:`: the verdict when no verdicts rule gives one")
     tests: list[PackTest] = Field(default_factory=list, description="pack-level tests (tests/*.yaml)")
     path: str = Field("", description="the pack's directory")
     python_modules: list[str] = Field(
@@ -213,16 +231,23 @@ def pack_meta(rules_dir: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise RuleFileError(path, None, "yaml", f"not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(meta, dict):
-        raise RuleFileError(path, None, "pack", "pack.yaml is a mapping (version, python, precedence)")
-    unknown = sorted(set(meta) - {"version", "python", "precedence"})
+        raise RuleFileError(path, None, "pack", f"pack.yaml is a mapping ({', '.join(PACK_KEYS)})")
+    unknown = sorted(set(meta) - set(PACK_KEYS))
     if unknown:
-        raise RuleFileError(path, None, unknown[0], "unknown key (allowed: version, python, precedence)")
+        raise RuleFileError(path, None, unknown[0], f"unknown key (allowed: {', '.join(PACK_KEYS)})")
     mods = meta.get("python") or []
     if not isinstance(mods, list) or not all(isinstance(m, str) and m.isidentifier() for m in mods):
         raise RuleFileError(path, None, "python", "a list of module names in the pack's python/ folder")
     order = meta.get("precedence") or []
     if not isinstance(order, list) or not all(isinstance(r, str) for r in order) or len(set(order)) != len(order):
         raise RuleFileError(path, None, "precedence", "a list of verdicts rule ids, each once, the winner first")
+    if "no_verdict" not in meta:
+        raise RuleFileError(path, None, "no_verdict", "missing: the verdict when no verdicts rule gives one")
+    try:
+        meta["no_verdict"] = NoVerdict.model_validate(meta["no_verdict"])
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise RuleFileError(path, None, ".".join(["no_verdict", *map(str, err["loc"])]), err["msg"]) from None
     return meta
 
 
@@ -317,6 +342,7 @@ def load_pack(rules_dir: str | Path | None = None, skip_broken: bool = False) ->
         path=str(rules_dir),
         python_modules=list(meta.get("python") or []),
         precedence=list(meta.get("precedence") or []),
+        no_verdict=meta["no_verdict"],
         tests=load_pack_tests(rules_dir),
     )
 

@@ -9,9 +9,12 @@ given, that the rule produced exactly `expect_count` rows.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import duckdb
 
 from workload_attribution.contracts.models import AttemptScope, Observation
 from workload_attribution.rules.engine import RunResult, Settings, prepare, run_rule
@@ -47,25 +50,15 @@ def _scope(case: RuleTest | PackTest) -> AttemptScope:
     return AttemptScope.model_validate({**DEFAULT_ATTEMPT, "nodes": nodes, **case.attempt})
 
 
-def _load(con, case: RuleTest | PackTest, scope: AttemptScope, keep=None) -> None:
+def _load(
+    con: duckdb.DuckDBPyConnection,
+    case: RuleTest | PackTest,
+    scope: AttemptScope,
+    keep: Callable[[str, str], bool] | None = None,
+) -> None:
     """Stage a case's lines (only those `keep(source, text)` lets through: what the scan would
     keep), records, samples, coverage and events."""
-    by_file: dict[tuple[str, str | None], list[str]] = {}
-    for x in case.lines:
-        by_file.setdefault((x["source"], x.get("node")), [])
-        if keep is None or keep(x["source"], x["text"]):
-            by_file[(x["source"], x.get("node"))].append(x["text"])
-    for (source, node), texts in by_file.items():
-        stage_lines(
-            con,
-            source,
-            "test",
-            node,
-            f"logs/{source}/{node or 'ctl'}.log",
-            [Line(t, i) for i, t in enumerate(texts, 1)],
-        )
-    if case.lines:
-        normalize(con, scope.timezone, scope.start.replace(tzinfo=None), {})
+    _load_lines(con, case, scope, keep)
     if case.records:
         insert_observations(
             con,
@@ -95,14 +88,45 @@ def _load(con, case: RuleTest | PackTest, scope: AttemptScope, keep=None) -> Non
         con.execute(
             "INSERT INTO coverage VALUES (?, 'test', ?, 0, ?, 0, NULL)", [c["source"], c["status"], c.get("nodes", [])]
         )
-    for i, e in enumerate(getattr(case, "events", []), 1):
+    if isinstance(case, RuleTest):
+        _load_events(con, case.events)
+
+
+def _load_lines(
+    con: duckdb.DuckDBPyConnection,
+    case: RuleTest | PackTest,
+    scope: AttemptScope,
+    keep: Callable[[str, str], bool] | None,
+) -> None:
+    """A case's lines staged as files (one per source and node) and normalised as collected ones are."""
+    by_file: dict[tuple[str, str | None], list[str]] = {}
+    for x in case.lines:
+        by_file.setdefault((x["source"], x.get("node")), [])
+        if keep is None or keep(x["source"], x["text"]):
+            by_file[(x["source"], x.get("node"))].append(x["text"])
+    for (source, node), texts in by_file.items():
+        stage_lines(
+            con,
+            source,
+            "test",
+            node,
+            f"logs/{source}/{node or 'ctl'}.log",
+            [Line(t, i) for i, t in enumerate(texts, 1)],
+        )
+    if case.lines:
+        normalize(con, scope.timezone, scope.start.replace(tzinfo=None), {})
+
+
+def _load_events(con: duckdb.DuckDBPyConnection, events: list[dict[str, Any]]) -> None:
+    """Events a later phase's rule starts from, numbered from 1; new events are numbered after them."""
+    for i, e in enumerate(events, 1):
         cols = {"event_id": i, "rule_id": "test", **e}
         if "attrs" in cols:
             cols["attrs"] = json.dumps(cols["attrs"])
         names = ", ".join(cols)
         con.execute(f"INSERT INTO events ({names}) VALUES ({', '.join('?' for _ in cols)})", list(cols.values()))
-    if getattr(case, "events", None):
-        con.execute(f"DROP SEQUENCE event_seq; CREATE SEQUENCE event_seq START {len(case.events) + 1}")  # type: ignore[union-attr]
+    if events:
+        con.execute(f"DROP SEQUENCE event_seq; CREATE SEQUENCE event_seq START {len(events) + 1}")
 
 
 def _lookup(row: dict[str, Any], key: str) -> Any:
@@ -137,7 +161,9 @@ def run_case(pack: Pack, rule: Rule, case: RuleTest, settings: Settings | None =
         release_staging(staging)
 
 
-def _run_case(con, pack: Pack, rule: Rule, case: RuleTest, scope: AttemptScope, settings: Settings) -> CaseResult:
+def _run_case(
+    con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, case: RuleTest, scope: AttemptScope, settings: Settings
+) -> CaseResult:
     prepare(con, pack, settings)
     # the rule sees what the scan keeps: lines with one of its literals (a wrong prefilter fails here)
     literals = rule.prefilter if rule.phase == "extract" else []

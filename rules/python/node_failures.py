@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 from workload_attribution.contracts.hostlist import HostlistError, expand_hostlist
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from workload_attribution.rules.engine import Settings
 
 NOT_RESPONDING = re.compile(r"Nodes (\S+) not responding, setting DOWN")
 KILLED = re.compile(r"(?:on failed node|due to failure of node) (\S+)")
 NODE_FAILURE = re.compile(r"Node failure on (\S+)")
 
 
-def extract(con, settings) -> list[dict]:
-    out = []
+def extract(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     for obs_id, body in con.execute(
         "SELECT obs_id, body FROM log_lines WHERE source = 'app' AND contains(body, 'Node failure on ')"
     ).fetchall():

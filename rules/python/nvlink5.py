@@ -12,7 +12,12 @@ import csv
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from workload_attribution.rules.engine import Settings
 
 MESSAGE = re.compile(
     r"(?P<sub>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Nonfatal|Non-fatal)\s+XC(?P<xc>\d)\s+i(?P<inj>\d)\s+"
@@ -84,7 +89,7 @@ def decode(xid: int, detail: str) -> dict[str, Any] | None:
     return out
 
 
-def decode_events(con, settings) -> list[dict[str, Any]]:
+def decode_events(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, Any]]:
     rows = con.execute("""
         SELECT event_id, component, TRY_CAST(json_extract(attrs, '$.xid') AS INTEGER),
                json_extract_string(attrs, '$.detail')

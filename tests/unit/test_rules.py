@@ -95,3 +95,45 @@ def test_sql_failing_at_run_time_is_reported_and_the_rest_runs(staging):
     run_rule(staging, pack, next(r for r in pack.rules if r.id == "verdict-fallback"), Settings(), result)
     assert result.failed[0]["rule"] == "broken" and "no_such_table" in result.failed[0]["error"]
     assert "verdict-fallback" in result.fired
+
+
+def test_when_no_verdicts_rule_gives_a_verdict_the_diagnosis_says_so(tmp_path):
+    """The fallback rule broken and nothing else explaining the attempt: the diagnosis is the honest
+    unknown / insufficient_evidence, names no root, and says that no verdict was given and why."""
+    from tests.conftest import ROOT
+    from tests.helpers import diagnose
+
+    copy = tmp_path / "rules"
+    shutil.copytree(RULES_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    fallback = copy / "final" / "verdict-fallback.yaml"
+    fallback.write_text(fallback.read_text().replace("AS reason", "AS reason FROM no_such_table"))
+    d = diagnose(ROOT / "tests" / "real" / "torch-sigkill-exitcode-9-no-oom-evidence-1", pack=load_pack(copy))
+    assert [f["rule"] for f in d.rules.failed] == ["verdict-fallback"]
+    assert "verdict-fallback" not in d.rules.fired and "python-exception" in d.rules.fired  # the rest ran
+    assert (d.terminal_state.value, d.sub_domain.value, d.confidence.value) == (
+        "unknown",
+        "insufficient_evidence",
+        "low",
+    )
+    assert d.recommended_action.value == "restart_job" and d.root_cause is None and d.affected_nodes == []
+    assert d.candidates == [] and d.affected_components == []
+    assert d.notes[0] == "no verdict" and "1 rule(s) did not run" in d.notes[1]
+
+
+@pytest.mark.parametrize(
+    "mutate,field,words",
+    [
+        (lambda t: t[: t.index("no_verdict:")], "no_verdict", "missing"),
+        (lambda t: t.replace("terminal_state: unknown", "terminal_state: unknwon"), "no_verdict.terminal_state", ""),
+        (lambda t: t.replace("sub_domain: insufficient_evidence", "sub_domain: gpu"), "no_verdict", "belong"),
+        (lambda t: t.replace("  reason: no verdict\n", ""), "no_verdict.reason", "required"),
+    ],
+)
+def test_the_pack_says_which_verdict_stands_when_no_rule_gives_one(tmp_path, mutate, field, words):
+    copy = tmp_path / "rules"
+    shutil.copytree(RULES_DIR, copy, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    meta = copy / "pack.yaml"
+    meta.write_text(mutate(meta.read_text()))
+    with pytest.raises(RuleFileError) as caught:
+        load_pack(copy)
+    assert caught.value.field == field and "pack.yaml" in str(caught.value) and words in str(caught.value)

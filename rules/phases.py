@@ -1,0 +1,175 @@
+"""The pack's phases (engine.py says what each does) in order over one attempt's staging database:
+the database prepared, extract, events renumbered, early, final (verdicts, the verdict chosen by
+the pack's precedence, roles, actions), report."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import duckdb
+
+from workload_attribution.rules.pack import Pack, Rule
+from workload_attribution.rules.pack_data import DATA_DIR, load_pack_data
+from workload_attribution.rules.runner import RunResult, run_rule
+from workload_attribution.rules.sandbox import Snapshots, lock_down
+from workload_attribution.rules.settings import Settings
+
+ENGINE_SQL = Path(__file__).resolve().parent / "engine.sql"
+ONE_THREAD_ROWS = 122_880  # a DuckDB row group
+
+
+@lru_cache(maxsize=1)
+def _engine_sql() -> str:
+    return ENGINE_SQL.read_text()
+
+
+def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> None:
+    """The engine's tables and views, the settings, the pack's data and symptom definitions; the
+    first time on a database, also its sandbox."""
+    con.execute(_engine_sql())
+    _write_settings(con, settings)
+    locked = con.execute("SELECT current_setting('lock_configuration')").fetchone()
+    if not (locked and locked[0]):  # the first time: load the pack's data, then lock the database
+        load_pack_data(con, Path(pack.path) / "data" if pack.path else DATA_DIR)
+        _choose_threads(con)
+        lock_down(con)
+    _write_symptom_defs(con, pack)
+
+
+def _write_settings(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
+    con.execute("DELETE FROM settings")
+    con.execute(
+        "INSERT INTO settings VALUES (?, ?, ?, ?)",
+        [
+            settings.skew_tolerance_s,
+            settings.default_collective_timeout_s,
+            settings.lookback_margin_s,
+            settings.burst_window_s,
+        ],
+    )
+
+
+def _choose_threads(con: duckdb.DuckDBPyConnection) -> None:
+    # An attempt whose observations fit in one row group (DuckDB's unit of parallel work) runs
+    # its rules on one thread: a second has nothing to share and only adds the hand-over of
+    # every pipeline (~15% of a tiny attempt's diagnosis), and what SQL leaves unordered (a
+    # list(DISTINCT ...)) comes out the same at every run. A bigger attempt keeps every core.
+    observed = con.execute(
+        "SELECT (SELECT count(*) FROM log_lines) + (SELECT count(*) FROM samples) + (SELECT count(*) FROM records)"
+    ).fetchone()
+    if observed and observed[0] < ONE_THREAD_ROWS:
+        con.execute("SET threads = 1")
+
+
+_SYMPTOM_SHAPE = json.dumps(
+    [
+        {
+            **dict.fromkeys(
+                ("symptom", "rule_id", "title", "role", "terminal_state", "sub_domain", "action"), "VARCHAR"
+            ),
+            "interesting": "BOOLEAN",
+            "blame": "VARCHAR",
+            "failure_signal": "BOOLEAN",
+        }
+    ]
+)
+
+
+def _write_symptom_defs(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
+    defs = pack.symptom_defs
+    con.execute("DELETE FROM symptom_defs")
+    if not defs:
+        return
+    # one JSON document, parsed by DuckDB: lists of Python values cost a type probe each (~4 ms here)
+    rows = [
+        {
+            "symptom": name,
+            "rule_id": rule_id,
+            "title": d.title,
+            "role": d.role,
+            "terminal_state": d.terminal_state and d.terminal_state.value,
+            "sub_domain": d.sub_domain and d.sub_domain.value,
+            "action": d.action and d.action.value,
+            "interesting": d.interesting,
+            "blame": d.blame,
+            "failure_signal": d.failure_signal,
+        }
+        for name, (rule_id, d) in defs.items()
+    ]
+    con.execute(
+        "INSERT INTO symptom_defs SELECT symptom, rule_id, title, role, terminal_state, sub_domain, action, "
+        "interesting, blame, failure_signal FROM (SELECT unnest(from_json($p::JSON, $shape), recursive := true))",
+        {"p": json.dumps(rows), "shape": _SYMPTOM_SHAPE},
+    )
+
+
+def run_phases(
+    con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings | None = None, prepared: bool = False
+) -> RunResult:
+    settings = settings or Settings()
+    result = RunResult(failed=list(pack.broken))
+    if not prepared:
+        prepare(con, pack, settings)
+    snapshots = Snapshots()
+
+    def run(rules: list[Rule]) -> None:
+        for rule in rules:
+            run_rule(con, pack, rule, settings, result, snapshots)
+
+    try:
+        run(pack.by_phase("extract"))
+        snapshots.drop(con)
+        renumber_events(con)
+        run(pack.by_phase("early"))
+        final = pack.by_phase("final")
+        run([r for r in final if r.output == "verdicts"])
+        choose_verdict(con, pack)
+        run([r for r in final if r.output not in ("verdicts", "actions")])
+        run([r for r in final if r.output == "actions"])
+        run(pack.by_phase("report"))
+    finally:  # what reads the views after the rules (the report, a test) reads them live
+        snapshots.drop(con)
+    return result
+
+
+def choose_verdict(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
+    """The verdict of the rule first in the pack's precedence (pack.yaml) among those that gave one;
+    when none did, the pack's `no_verdict` (one statement: it is planned once either way)."""
+    none = pack.no_verdict
+    con.execute("DELETE FROM verdict")
+    con.execute(
+        """
+        INSERT INTO verdict SELECT * EXCLUDE (place, last_resort) FROM (
+            SELECT *, list_position($order, rule_id) AS place, false AS last_resort FROM verdicts
+            UNION ALL BY NAME
+            SELECT $terminal_state AS terminal_state, $sub_domain AS sub_domain, $confidence AS confidence,
+                   []::VARCHAR[] AS blamed_nodes, $action AS action, $reason AS reason, true AS last_resort
+        ) ORDER BY last_resort, place NULLS LAST LIMIT 1
+    """,
+        {
+            "order": pack.precedence,
+            "terminal_state": none.terminal_state.value,
+            "sub_domain": none.sub_domain.value,
+            "confidence": none.confidence.value,
+            "action": none.action.value,
+            "reason": none.reason,
+        },
+    )
+
+
+def renumber_events(con: duckdb.DuckDBPyConnection) -> None:
+    """Events numbered by what they are (time, observation, symptom), not by which rule found them
+    first: a tie anywhere later falls the same way whatever the rules are called."""
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE renumbered AS
+        SELECT * REPLACE (row_number() OVER (ORDER BY time NULLS LAST, obs_id, symptom, node, component,
+                                                      attrs::VARCHAR) AS event_id)
+        FROM events
+    """)
+    con.execute("DELETE FROM events")
+    con.execute("INSERT INTO events SELECT * FROM renumbered")
+    con.execute("DROP TABLE renumbered")
+    n = con.execute("SELECT coalesce(max(event_id), 0) + 1 FROM events").fetchone()
+    con.execute(f"DROP SEQUENCE IF EXISTS event_seq; CREATE SEQUENCE event_seq START {n[0] if n else 1}")
