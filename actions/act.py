@@ -76,7 +76,7 @@ def _record(d: Diagnosis, b: Bound, now: datetime, dry_run: bool, **fields: Any)
         "action_id": str(uuid.uuid4()),
         "decided_at": now,
         "cluster": d.attempt.cluster,
-        "scheduler": d.attempt.scheduler.value,
+        "scheduler": str(d.attempt.scheduler),
         "job_id": d.attempt.job_id,
         "attempt": d.attempt.attempt,
         "diagnosis_id": d.diagnosis_id,

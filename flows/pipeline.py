@@ -1,7 +1,8 @@
 """The story of one attribution, written once for both runners (Prefect and inline).
 
 scope -> collect (every source in parallel, retried, each with a coverage record)
-      -> store -> attribute -> publish -> act (the cluster's action sinks, when it has an `actions` block)
+      -> normalise (and finish the coverage) -> attribute -> publish
+      -> act (the cluster's action sinks, when it has an `actions` block)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from workload_attribution.rules.pack import Pack, RuleFileError, default_pack, l
 # What the story runs (the steps: DuckDB, every connector, the configuration's models) is imported
 # when it runs: `attribution --version` needs only the pack, and pays for nothing else.
 if TYPE_CHECKING:
-    from workload_attribution.connectors.clusters import ClusterConfig
+    from workload_attribution.connectors.clusters import Cluster
     from workload_attribution.connectors.registry import Collected
     from workload_attribution.contracts.actions import ActionRecord
     from workload_attribution.contracts.identity import Target
@@ -36,13 +37,13 @@ class Future(Protocol):
 class Runner(Protocol):
     """How steps run: Prefect tasks (flows/attempt.py) or plain calls (flows/inline.py)."""
 
-    def scope(self, target: Target, cluster: ClusterConfig | None) -> steps.Scoped: ...
-    def collect(self, scoped: steps.Scoped, source: str, pack: Pack) -> Future: ...
-    def store(self, scoped: steps.Scoped, results: list[Collected]) -> list[Coverage]: ...
+    def scope(self, target: Target, cluster: Cluster | None) -> steps.ScopedAttempt: ...
+    def collect(self, scoped: steps.ScopedAttempt, source: str, pack: Pack) -> Future: ...
+    def normalize(self, scoped: steps.ScopedAttempt, results: list[Collected]) -> list[Coverage]: ...
     def attribute(
-        self, scoped: steps.Scoped, coverage: list[Coverage], pack: Pack, settings: Settings, notes: list[str]
+        self, scoped: steps.ScopedAttempt, coverage: list[Coverage], pack: Pack, settings: Settings, notes: list[str]
     ) -> Diagnosis: ...
-    def publish(self, diagnosis: Diagnosis, warehouse: str | None, scoped: steps.Scoped) -> Diagnosis: ...
+    def publish(self, diagnosis: Diagnosis, warehouse: str | None, scoped: steps.ScopedAttempt) -> Diagnosis: ...
     def act(self, diagnosis: Diagnosis, options: Options) -> list[ActionRecord]: ...
 
 
@@ -52,7 +53,7 @@ class Options:
 
     pack: Pack
     settings: Settings = field(default_factory=lambda: _settings())
-    cluster: ClusterConfig | None = None  # the target's cluster (None for a bundle)
+    cluster: Cluster | None = None  # the target's cluster (None for a bundle)
     warehouse: str | None = None  # None: not stored
     acting: dict[str, Any] = field(default_factory=dict)  # cluster name -> its configuration, for those with actions
 
@@ -105,7 +106,7 @@ def attribute_story(run: Runner, target: Target, options: Options) -> Diagnosis:
                 results.append(fut.result())
             except Exception as exc:  # retries exhausted: the source is an error, the diagnosis goes on
                 results.append(steps.failed_collect(scoped, source, exc))
-        coverage = run.store(scoped, results)
+        coverage = run.normalize(scoped, results)
         notes = [n for r in results for n in r.notes]
         diagnosis = run.attribute(scoped, coverage, options.pack, options.settings, notes)
         try:

@@ -94,6 +94,12 @@ def drained(slurm: dict[str, str]) -> dict[str, str]:
     return {n: reason for n in SLURM_NODES for state, reason in [scontrol_node(slurm, n)] if "DRAIN" in state}
 
 
+@pytest.fixture(autouse=True)
+def config_file_restored(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """load_config(path) sets $ATTRIBUTION_CONFIG for the process: put back after each test."""
+    monkeypatch.setenv("ATTRIBUTION_CONFIG", str(tmp_path / "absent.yaml"))
+
+
 @pytest.fixture(scope="module")
 def alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Alertmanager]:
     am = Alertmanager(tmp_path_factory.mktemp("alertmanager")).start()

@@ -25,6 +25,12 @@ from workload_attribution.warehouse.store import Warehouse
 NODES = [f"gb-r12-n{i:02d}" for i in range(1, 13)]
 
 
+@pytest.fixture(autouse=True)
+def config_file_restored(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """load_config(path) sets $ATTRIBUTION_CONFIG for the process: put back after each test."""
+    monkeypatch.setenv("ATTRIBUTION_CONFIG", str(tmp_path / "absent.yaml"))
+
+
 @pytest.fixture(scope="module")
 def xid() -> Diagnosis:
     """The worked example: XID 149 on gb-r12-n04, drain_and_reset_gpu, confidence high."""
