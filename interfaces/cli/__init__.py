@@ -17,6 +17,7 @@ import gc
 import os
 import sys
 import traceback
+from typing import Any
 
 from workload_attribution.cli import common
 from workload_attribution.cli.common import EXIT_BAD_INPUT, EXIT_BUG, EXIT_NOT_STORED, EXIT_OK
@@ -39,7 +40,13 @@ __all__ = ["EXIT_BAD_INPUT", "EXIT_BUG", "EXIT_NOT_STORED", "EXIT_OK", "build_pa
 
 
 class _Version(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         from workload_attribution import version
         from workload_attribution.flows.pipeline import load_rules
 
