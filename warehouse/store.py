@@ -245,7 +245,7 @@ class Warehouse:
                 with self.connect() as con:
                     retry(lambda: run(con))
             else:
-                write_kept_lake(self.url, lambda: self._open(read_only=False), run)
+                write_kept_lake(self.url, lambda: self._open(read_only=False), lambda con: retry(lambda: run(con)))
         return result[0]
 
     def decide_actions(
