@@ -298,6 +298,12 @@ def discover_failed(
     raise KueueError(f"workload list did not stop paging after {src.max_pages} pages")
 
 
+def api_client(src: KueueSource, transport: httpx.BaseTransport | None = None) -> httpx.Client:
+    """A client of the API server `src` names (its URL, bearer token and CA, or a kubeconfig's), as
+    this connector talks to it; the Kubernetes action sink (actions/sinks/kubernetes.py) uses it too."""
+    return _client(src, transport)
+
+
 # ------------------------------------------------------------------------------ as a scheduler
 
 

@@ -126,9 +126,19 @@ class Rest:
             raise SlurmError(f"slurmrestd: HTTP {r.status_code} for {path}: {msg}")
         return body
 
+    def get(self, path: str, params: dict | None = None) -> Any:
+        """A GET of the API, its JSON object (errors as SlurmError, transport failures transient)."""
+        return self._get(path, params)
+
+    def offers(self, method: str, path: str) -> bool:
+        """Whether the server's OpenAPI document offers `method` on `path` (`{v}`: the version in use)."""
+        ops = self.paths.get(path.replace("{v}", self.version))
+        return isinstance(ops, dict) and method.lower() in ops
+
     def _negotiate(self) -> str:
         spec = self._get("/openapi")
-        offered = {m.group(1) for p in spec.get("paths", {}) for m in [re.match(r"^/slurm/(v[\d.]+)/", p)] if m}
+        self.paths: dict[str, Any] = spec.get("paths") or {}
+        offered = {m.group(1) for p in self.paths for m in [re.match(r"^/slurm/(v[\d.]+)/", p)] if m}
         for v in KNOWN_VERSIONS:
             if v in offered:
                 return v

@@ -33,6 +33,7 @@ from workload_attribution.flows.config import ClusterConfig, Config, load_config
 from workload_attribution.flows.inline import attribute_inline
 from workload_attribution.flows.pipeline import load_rules, resolve
 from workload_attribution.rules.pack import Pack
+from workload_attribution.warehouse.precedence import may_replace
 
 
 @dataclass
@@ -182,8 +183,8 @@ def plan(attempts: Iterable[EndedAttempt], done: dict[str, str], rules_version: 
             p.todo.append((a, "forced"))
         elif have is None:
             p.todo.append((a, "new"))
-        elif have != rules_version:
-            p.todo.append((a, "stale_rules"))
+        elif have != rules_version and may_replace(rules_version, have):
+            p.todo.append((a, "stale_rules"))  # not when a newer pack decided: it would be kept
         else:
             p.skipped.append(a)
     return p

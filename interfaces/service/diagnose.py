@@ -354,7 +354,9 @@ def compute(svc: Any, body: Path, work: Path, store: bool) -> Any:
         extract_tar(body, root, budget, "zst" if kind == "tar.zst" else "gz")
     body.unlink()
     cfg = svc.cfg if store else svc.cfg.model_copy(update={"warehouse": ""})
-    target, options = resolve(cfg, Target(bundle=str(bundle_root(root))), svc.pack)
+    # evidence posted by a client never drains a node: a cluster's actions run on what the cluster's
+    # own sources, its triggers and its operators' commands diagnose (docs/actions.md)
+    target, options = resolve(cfg, Target(bundle=str(bundle_root(root))), svc.pack, act=False)
     return attribute_inline(target, options)
 
 
