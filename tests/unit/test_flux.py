@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -19,6 +20,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.fake_commands import fake_commands
+from tests.helpers import diagnose
 from tests.triggers import notify_config, service, spooled
 from tests.waiting import wait_until
 from workload_attribution.connectors import flux
@@ -251,3 +253,25 @@ def test_the_epilog_sends_the_signed_notice_to_the_flux_webhook(tmp_path):
 def test_the_epilog_never_fails_the_job(tmp_path):
     r = run_epilog(tmp_path, {"ATTRIBUTION_NOTIFY": str(tmp_path / "missing")}, "ƒ2jzP5fTY", EVENTLOG)
     assert r.returncode == 0 and "attribution-epilog: FileNotFoundError" in r.stderr
+
+
+def test_a_bundle_is_read_through_the_same_module_blaming_the_host_the_exception_names(tmp_path):
+    """tests/real's El Capitan node failure (its flux-job.json and text eventlog), attempt.yaml's
+    window made wrong: the record's window wins (the shells' start to t_inactive); the broker the
+    node-failure exception names is the one blamed, of 128."""
+    bundle = tmp_path / "elcap"
+    shutil.copytree(ROOT / "tests" / "real" / "flux-node-failure-elcap6653-1", bundle)
+    yaml = (bundle / "attempt.yaml").read_text()
+    (bundle / "attempt.yaml").write_text(yaml.replace("'2025-02-19T21:07:11Z'", "'2025-02-19T20:00:00Z'"))
+    d = diagnose(bundle)
+    assert (d.terminal_state, d.sub_domain, d.affected_nodes) == (
+        "infrastructure_failure",
+        "node_unreachable",
+        ["elcap8659"],
+    )
+    assert len(d.attempt.nodes) == 128
+    assert (d.attempt.start, d.attempt.end) == (
+        datetime.fromtimestamp(1739999231.825289, timezone.utc),
+        datetime.fromtimestamp(1740020939.632635, timezone.utc),
+    )
+    assert sum("the record wins" in n for n in d.notes) == 1  # the window

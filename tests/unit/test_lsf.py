@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -18,6 +19,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.fake_commands import fake_commands
+from tests.helpers import diagnose
 from tests.triggers import notify_config, service, spooled
 from tests.waiting import wait_until
 from workload_attribution.connectors import lsf
@@ -234,3 +236,23 @@ def test_the_post_exec_script_never_fails_the_job():
 @pytest.mark.parametrize("status, code", [(0, 0), (256, 1), (35840, 140), (9, 137), (15, 143)])
 def test_a_wait_status_is_lsfs_exit_code(status, code):
     assert lsf.exit_code(status) == code
+
+
+def test_a_bundle_is_read_through_the_same_module_its_record_winning(tmp_path):
+    """tests/real's TERM_MEMLIMIT case (its bjobs.json and bhist.txt printed in New York time, without
+    a year), its attempt.yaml's window and node made wrong: the record's win, to bhist's second."""
+    bundle = tmp_path / "cromwell-6284289"
+    shutil.copytree(ROOT / "tests" / "real" / "lsf-term-memlimit-exit1-genepattern-1", bundle)
+    yaml = (bundle / "attempt.yaml").read_text()
+    (bundle / "attempt.yaml").write_text(
+        yaml.replace("nodes: [node1459]", "nodes: [node1460]")
+        .replace("'2018-11-02T15:00:20Z'", "'2018-11-02T14:00:00Z'")
+        .replace("state: 'EXIT'", "state: 'RUN'")
+    )
+    d = diagnose(bundle)
+    assert (d.terminal_state, d.sub_domain, d.affected_nodes) == ("application_failure", "host_oom", [])
+    assert (d.attempt.state, d.attempt.nodes) == ("EXIT", ["node1459"])
+    assert (d.attempt.start, d.attempt.end) == (utc("2018-11-02T15:00:20"), utc("2018-11-02T15:07:57"))
+    assert sum("the record wins" in n for n in d.notes) == 3  # state, window, nodes
+    assert {c.source: c.status.value for c in d.coverage}["scheduler_record"] == "ok"
+    assert any("TERM_MEMLIMIT" in e.text for e in d.evidence)
