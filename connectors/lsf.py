@@ -67,6 +67,7 @@ BJOBS_TIME = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d)(?::(\d\d))?(
 CONTINUATION = 21  # bhist -l wraps at 80 columns, continuing under the text of the first line
 REASON = re.compile(r"Completed <exit>; (TERM_[A-Z_]+(?:: [^;]*)?)")
 EXITED = re.compile(r"^Exited with exit code (\d+)")
+NOT_FOUND = re.compile(r"Job <[^>]*> is not found")  # bjobs of a job mbatchd does not hold (any more)
 ENDS = ("Exited with exit code", "Exited by signal", "Done successfully", "Completed <exit>", "Completed <done>")
 
 
@@ -108,7 +109,9 @@ def _run(src: LsfSource, argv: list[str]) -> str:
     except FileNotFoundError:
         raise LsfError(f"{argv[0]}: not installed", connector=CONNECTOR) from None
     if out.returncode != 0:
-        msg = ((out.stderr or out.stdout).strip().splitlines() or [f"exit {out.returncode}"])[0]
+        lines = (out.stderr or out.stdout).strip().splitlines() or [f"exit {out.returncode}"]
+        # bjobs -json of a forgotten job may print its JSON before (or instead of) the message
+        msg = next((line for line in (out.stderr + out.stdout).splitlines() if NOT_FOUND.search(line)), lines[0])
         transient = re.search(r"LSF is down|Please wait|batch system daemon not responding|timed out", msg, re.I)
         raise (TransientSourceError if transient else LsfError)(f"{argv[0]} failed: {msg}")
     return out.stdout
@@ -181,6 +184,7 @@ class History:
     end: datetime | None = None
     reason: str | None = None
     exit_code: str | None = None
+    state: str = ""  # what the last event says of the job: RUN, DONE or EXIT ("" before a dispatch)
 
 
 def _entries(text: str) -> list[tuple[int, str]]:
@@ -218,7 +222,7 @@ def _note(got: History, when: datetime | None, event: str) -> None:
     if event.startswith("Dispatched "):
         got.dispatches += 1
         got.hosts = _dispatch_hosts(event)
-        got.start, got.end, got.reason, got.exit_code = when, None, None, None
+        got.start, got.end, got.reason, got.exit_code, got.state = when, None, None, None, "RUN"
     elif event.startswith("Starting") and got.start is None:
         got.start = when
     if event.startswith(ENDS) and got.end is None:
@@ -226,9 +230,11 @@ def _note(got: History, when: datetime | None, event: str) -> None:
     if (m := REASON.search(event)) is not None:
         got.reason = m.group(1).rstrip(" ;")
     if (m := EXITED.match(event)) is not None:
-        got.exit_code = m.group(1)
+        got.exit_code, got.state = m.group(1), "EXIT"
     elif event.startswith("Done successfully"):
-        got.exit_code = "0"
+        got.exit_code, got.state = "0", "DONE"
+    elif event.startswith("Completed <exit>"):
+        got.state = "EXIT"
 
 
 def _dispatch_hosts(event: str) -> list[str]:
@@ -248,6 +254,22 @@ def exec_hosts(text: Any) -> list[str]:
 
 def find_job(recs: list[dict[str, Any]], job_id: str) -> dict[str, Any] | None:
     return next((r for r in recs if str(r.get("JOBID")) == job_id), None)
+
+
+def known(src: LsfSource, job_id: str) -> dict[str, Any] | None:
+    """bjobs' record of the job; None once mbatchd has forgotten it (a finished job is kept for
+    CLEAN_PERIOD, an hour by default: bhist, which reads lsb.events, still knows it)."""
+    try:
+        return find_job(bjobs(src, job_id), job_id)
+    except LsfError as exc:
+        if NOT_FOUND.search(str(exc)):
+            return None
+        raise
+
+
+def history_record(job_id: str, past: History) -> dict[str, Any] | None:
+    """The record bhist's history stands for when bjobs no longer holds the job: its state and hosts."""
+    return {"JOBID": job_id, "STAT": past.state, "EXEC_HOST": ":".join(past.hosts)} if past.state else None
 
 
 def job_facts(job: dict[str, Any], past: History) -> list[Fact]:
@@ -330,7 +352,7 @@ def collect(ctx: CollectContext[LsfSource]) -> Collected:
     cover = Cover(ctx.source, CONNECTOR)
     src, scope = ctx.config, ctx.scope
     try:
-        recs = bjobs(src, scope.job_id)
+        job = known(src, scope.job_id)
     except (LsfError, sr.RecordError, BadInput, ValueError) as exc:
         return cover.outcome(CoverageStatus.error, first_line(exc))
     text, why = None, None
@@ -338,6 +360,11 @@ def collect(ctx: CollectContext[LsfSource]) -> Collected:
         text = bhist(src, scope.job_id)
     except LsfError as exc:  # the record alone still says how the attempt ended
         why = first_line(exc)
+    if job is None and text is not None:  # forgotten by mbatchd: bhist's history stands for the record
+        job = history_record(scope.job_id, history(text, _zone("UTC"), _now()))
+    if job is None:
+        return cover.outcome(CoverageStatus.error, why or f"neither bjobs nor bhist has job {scope.job_id}")
+    recs = [job]
     try:
         record = read_record(recs, text, scope.job_id, _zone("UTC"), _now(), ("lsf:bjobs", "lsf:bhist"))
     except sr.RecordError as exc:
@@ -362,15 +389,19 @@ def scope(src: LsfSource, target: Target) -> AttemptScope:
     """The attempt's scope from bjobs' record and bhist's history; a completion trigger waits until
     LSF holds the job as finished (DONE or EXIT: the table's `ended`)."""
     job_id = target.job_id or ""
-    job = find_job(bjobs(src, job_id), job_id)
+    job, past = known(src, job_id), None
+    if job is None:  # forgotten by mbatchd: bhist's history alone
+        past = history(bhist(src, job_id), _zone("UTC"), _now())
+        job = history_record(job_id, past)
     if job is None:
-        raise LsfError(f"bjobs -a has no job {job_id}")
+        raise LsfError(f"neither bjobs -a nor bhist -l has job {job_id}")
     if target.trigger == "completion" and STATES.read([Fact(STATE, job.get("STAT"))]).ended != "yes":
         raise NotYetRecorded(f"job {job_id} has not finished in LSF yet (STAT {job.get('STAT')})")
-    try:
-        past = history(bhist(src, job_id), _zone("UTC"), _now())
-    except LsfError:  # bjobs' minutes and hosts still scope it
-        past = History()
+    if past is None:
+        try:
+            past = history(bhist(src, job_id), _zone("UTC"), _now())
+        except LsfError:  # bjobs' minutes and hosts still scope it
+            past = History()
     attrs = job_attrs(job, past, _zone("UTC"), _now())
     end = attrs["end"] or _now()
     return AttemptScope(

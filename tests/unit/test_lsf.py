@@ -256,3 +256,35 @@ def test_a_bundle_is_read_through_the_same_module_its_record_winning(tmp_path):
     assert sum("the record wins" in n for n in d.notes) == 3  # state, window, nodes
     assert {c.source: c.status.value for c in d.coverage}["scheduler_record"] == "ok"
     assert any("TERM_MEMLIMIT" in e.text for e in d.evidence)
+
+
+def test_a_job_mbatchd_has_forgotten_is_scoped_and_collected_from_bhist_alone(tmp_path):
+    """bjobs keeps a finished job for CLEAN_PERIOD (an hour by default); bhist reads lsb.events."""
+    src, bin_ = src_for(tmp_path)
+    bin_.add("bjobs", bjobs_argv("12995"), None, stderr="Job <12995> is not found\n", exit=255)
+    bin_.add("bhist", ["-l", "12995"], CHKPNT)
+    scope = lsf.scope(src, Target(cluster="kilenc", job_id="12995", trigger="completion"))
+    assert (scope.state, scope.exit_code, scope.nodes, scope.attempt) == ("EXIT", "137", ["kilenc"], 0)
+    assert scope.reason == "TERM_CHKPNT: job killed after checkpointing"
+    assert (scope.start.month, scope.start.day, scope.end.hour, scope.end.minute, scope.end.second) == (
+        4,
+        12,
+        8,
+        54,
+        15,
+    )
+    scope = scope.model_copy(update={"job_id": "12995"})
+    staging = create_staging(scope)
+    try:
+        got = lsf.collect(CollectContext(source="scheduler_record", scope=scope, staging=staging, config=src))
+        with connected(staging) as con:
+            [job] = con.execute("SELECT attrs FROM records WHERE kind = 'scheduler_job'").fetchall()
+    finally:
+        release_staging(staging)
+    assert got.coverage.status.value == "ok"
+    assert json.loads(job[0])["state"] == "EXIT" and json.loads(job[0])["nodes"] == ["kilenc"]
+    # neither knows it: an error, not a guess
+    bin_.add("bjobs", bjobs_argv("99"), None, stderr="Job <99> is not found\n", exit=255)
+    bin_.add("bhist", ["-l", "99"], None, stderr="No matching job found\n", exit=255)
+    with pytest.raises(lsf.LsfError, match="No matching job found"):
+        lsf.scope(src, Target(cluster="kilenc", job_id="99"))
