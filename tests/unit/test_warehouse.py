@@ -4,13 +4,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from unittest import mock
 
 import duckdb
 import pytest
 
 from tests.conftest import ROOT, WORKED
 from tests.helpers import diagnose
-from tests.waiting import duckdb_held_by_another_process
+from tests.waiting import duckdb_held_by_another_process, wait_until
 from workload_attribution.contracts.vocabulary import Action
 from workload_attribution.rules.pack import default_pack
 from workload_attribution.warehouse.store import Warehouse, WarehouseLocked
@@ -121,6 +122,48 @@ def test_a_held_lock_makes_the_writer_wait_then_fail_loudly(tmp_path, diagnosis)
         with pytest.raises(WarehouseLocked, match="still locked"):
             Warehouse(wh, lock_wait_s=1.5).write(diagnosis)
         assert 1.4 < time.monotonic() - started < 10
+
+
+def test_a_warehouse_another_writer_is_creating_is_waited_for(tmp_path, diagnosis):
+    """Workers starting on one new warehouse at once: a file that exists without its headers yet
+    (another process's first open under way) is waited for like a lock, then opened; one that
+    never gets them fails loudly at the deadline; a file with content that is not DuckDB's is no
+    such wait."""
+    import threading
+
+    made = tmp_path / "made.duckdb"
+    Warehouse(made).write(diagnosis)
+    wh = tmp_path / "w.duckdb"
+    wh.touch()  # the creator has opened it and written nothing yet
+    tries = []
+    real_connect = duckdb.connect
+
+    def counting(*args, **kwargs):
+        tries.append(args[0])
+        return real_connect(*args, **kwargs)
+
+    def creator_finishes():
+        wait_until(lambda: len(tries) >= 2, "the writer to find the headerless file twice", timeout=30)
+        made.replace(wh)
+
+    finisher = threading.Thread(target=creator_finishes)
+    with mock.patch.object(duckdb, "connect", counting):
+        finisher.start()
+        written = Warehouse(wh, lock_wait_s=60).write(diagnosis)
+        finisher.join()
+    assert written and len(tries) >= 3
+    assert Warehouse(wh).query("SELECT count(*) FROM diagnoses")[1] == [(1,)]
+
+    stale = tmp_path / "stale.duckdb"
+    stale.touch()
+    with pytest.raises(WarehouseLocked, match="being created"):
+        Warehouse(stale, lock_wait_s=0.5).write(diagnosis)
+    garbage = tmp_path / "garbage.duckdb"
+    garbage.write_bytes(b"not a database\n" * 2000)
+    started = time.monotonic()
+    with pytest.raises(Exception, match="not a valid DuckDB"):
+        Warehouse(garbage, lock_wait_s=30).write(diagnosis)
+    assert time.monotonic() - started < 10
 
 
 def test_which_lake_errors_a_writer_retries():
