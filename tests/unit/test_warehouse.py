@@ -184,3 +184,15 @@ def test_which_lake_errors_a_writer_retries():
     assert all(_conflict(e) for e in raced)
     failed = (duckdb.IOException("IO Error: No space left on device"), duckdb.CatalogException("no table x"))
     assert not any(_conflict(e) for e in failed)
+
+
+def test_a_maintenance_step_runs_again_when_the_object_store_was_busy():
+    """A lake's maintenance step that an S3 server failed with a server error (500 InternalError,
+    503 SlowDown: S3 asks the client to retry) is run again; a refusal (403, 404) is not."""
+    from workload_attribution.warehouse.conflicts import is_store_busy
+
+    put = "for HTTP PUT to 'http://127.0.0.1:8333/lake/main/diagnoses/ducklake-01.parquet'"
+    assert is_store_busy(duckdb.HTTPException(f"HTTP Error: Request returned HTTP 500 {put}"))
+    assert is_store_busy(duckdb.HTTPException(f"HTTP Error: Request returned HTTP 503 {put}"))
+    assert not is_store_busy(duckdb.HTTPException(f"HTTP Error: Request returned HTTP 403 {put}"))
+    assert not is_store_busy(duckdb.IOException("IO Error: No space left on device"))
