@@ -111,12 +111,29 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
         try:
             return duckdb.connect(str(path), read_only=read_only)
         except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower():
+            if "lock" not in str(exc).lower() and not _being_created(path, exc):
                 raise
             if time.monotonic() >= deadline:
-                raise WarehouseLocked(f"{path}: still locked by another process after {lock_wait_s:.0f}s") from None
+                raise WarehouseLocked(
+                    f"{path}: still locked by another process (or being created by one) after {lock_wait_s:.0f}s"
+                ) from None
         time.sleep(delay * (1 + random.random()))
         delay = min(delay * 2, 1.0)
+
+
+# A DuckDB file's main header and its two database headers, each a 4 KiB block: a file shorter
+# than that is one another process has created and not yet written its headers to.
+_HEADERS_BYTES = 3 * 4096
+
+
+def _being_created(path: Path, exc: duckdb.IOException) -> bool:
+    """Another writer's first open of a new warehouse is under way: its file exists and has no
+    headers yet, which DuckDB reports as "not a valid DuckDB database" (seen when several workers
+    start on one new warehouse at once). Waited for like a lock."""
+    try:
+        return "not a valid DuckDB database" in str(exc) and path.stat().st_size < _HEADERS_BYTES
+    except OSError:
+        return True  # gone again: the creator failed; the next try creates it
 
 
 def open_lake(lake: Lake, read_only: bool) -> duckdb.DuckDBPyConnection:

@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 
 from workload_attribution.warehouse import turns
-from workload_attribution.warehouse.conflicts import is_conflict, retry, rollback
+from workload_attribution.warehouse.conflicts import is_conflict, is_store_busy, retry, rollback
 
 # What a maintenance run leaves of a lake's history: snapshots (time travel) this recent, and files
 # no snapshot needs any more, once they have been unneeded this long (a reader may still scan them).
@@ -61,7 +61,8 @@ def _step(con: duckdb.DuckDBPyConnection, call: str, params: dict | None = None)
     """One maintenance function's rows. Each step is idempotent (what is left to move, merge or
     expire is moved, merged, expired), so one that lost a race with a writer is run again. DuckLake
     words some such failures only as "fetch from an unsuccessful query result" (seen when three
-    processes maintained one lake while writing it): retried too, after a rollback."""
+    processes maintained one lake while writing it), and a busy object store's server error are
+    retried too, after a rollback."""
 
     def run() -> list[tuple]:
         try:
@@ -70,4 +71,4 @@ def _step(con: duckdb.DuckDBPyConnection, call: str, params: dict | None = None)
             rollback(con)
             raise
 
-    return retry(run, retryable=lambda e: is_conflict(e) or "unsuccessful query result" in str(e))
+    return retry(run, retryable=lambda e: is_conflict(e) or is_store_busy(e) or "unsuccessful query result" in str(e))

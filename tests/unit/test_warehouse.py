@@ -4,13 +4,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from unittest import mock
 
 import duckdb
 import pytest
 
 from tests.conftest import ROOT, WORKED
 from tests.helpers import diagnose
-from tests.waiting import duckdb_held_by_another_process
+from tests.waiting import duckdb_held_by_another_process, wait_until
 from workload_attribution.contracts.vocabulary import Action
 from workload_attribution.rules.pack import default_pack
 from workload_attribution.warehouse.store import Warehouse, WarehouseLocked
@@ -123,6 +124,48 @@ def test_a_held_lock_makes_the_writer_wait_then_fail_loudly(tmp_path, diagnosis)
         assert 1.4 < time.monotonic() - started < 10
 
 
+def test_a_warehouse_another_writer_is_creating_is_waited_for(tmp_path, diagnosis):
+    """Workers starting on one new warehouse at once: a file that exists without its headers yet
+    (another process's first open under way) is waited for like a lock, then opened; one that
+    never gets them fails loudly at the deadline; a file with content that is not DuckDB's is no
+    such wait."""
+    import threading
+
+    made = tmp_path / "made.duckdb"
+    Warehouse(made).write(diagnosis)
+    wh = tmp_path / "w.duckdb"
+    wh.touch()  # the creator has opened it and written nothing yet
+    tries = []
+    real_connect = duckdb.connect
+
+    def counting(*args, **kwargs):
+        tries.append(args[0])
+        return real_connect(*args, **kwargs)
+
+    def creator_finishes():
+        wait_until(lambda: len(tries) >= 2, "the writer to find the headerless file twice", timeout=30)
+        made.replace(wh)
+
+    finisher = threading.Thread(target=creator_finishes)
+    with mock.patch.object(duckdb, "connect", counting):
+        finisher.start()
+        written = Warehouse(wh, lock_wait_s=60).write(diagnosis)
+        finisher.join()
+    assert written and len(tries) >= 3
+    assert Warehouse(wh).query("SELECT count(*) FROM diagnoses")[1] == [(1,)]
+
+    stale = tmp_path / "stale.duckdb"
+    stale.touch()
+    with pytest.raises(WarehouseLocked, match="being created"):
+        Warehouse(stale, lock_wait_s=0.5).write(diagnosis)
+    garbage = tmp_path / "garbage.duckdb"
+    garbage.write_bytes(b"not a database\n" * 2000)
+    started = time.monotonic()
+    with pytest.raises(Exception, match="not a valid DuckDB"):
+        Warehouse(garbage, lock_wait_s=30).write(diagnosis)
+    assert time.monotonic() - started < 10
+
+
 def test_which_lake_errors_a_writer_retries():
     """A lake write or maintenance step that lost a race is retried (the catalog's own serialization
     failure included, as DuckLake words it); anything else fails at once, never retried blindly."""
@@ -141,3 +184,15 @@ def test_which_lake_errors_a_writer_retries():
     assert all(_conflict(e) for e in raced)
     failed = (duckdb.IOException("IO Error: No space left on device"), duckdb.CatalogException("no table x"))
     assert not any(_conflict(e) for e in failed)
+
+
+def test_a_maintenance_step_runs_again_when_the_object_store_was_busy():
+    """A lake's maintenance step that an S3 server failed with a server error (500 InternalError,
+    503 SlowDown: S3 asks the client to retry) is run again; a refusal (403, 404) is not."""
+    from workload_attribution.warehouse.conflicts import is_store_busy
+
+    put = "for HTTP PUT to 'http://127.0.0.1:8333/lake/main/diagnoses/ducklake-01.parquet'"
+    assert is_store_busy(duckdb.HTTPException(f"HTTP Error: Request returned HTTP 500 {put}"))
+    assert is_store_busy(duckdb.HTTPException(f"HTTP Error: Request returned HTTP 503 {put}"))
+    assert not is_store_busy(duckdb.HTTPException(f"HTTP Error: Request returned HTTP 403 {put}"))
+    assert not is_store_busy(duckdb.IOException("IO Error: No space left on device"))
