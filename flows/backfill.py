@@ -81,8 +81,10 @@ class Summary:
 
 
 def discover_bundles(root: Path, since: datetime, until: datetime) -> tuple[list[EndedAttempt], list[tuple[str, str]]]:
-    """Every bundle (a directory with attempt.yaml) under root whose attempt ended in [since, until)."""
+    """Every bundle (a directory with attempt.yaml) under root whose attempt ended in [since, until)
+    other than completed (its scheduler's table reads attempt.yaml's exit code, reason and state)."""
     from workload_attribution.connectors.bundle import BundleError, load_scope
+    from workload_attribution.connectors.schedulers import get_scheduler, scope_facts
 
     found, bad = [], []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -94,7 +96,7 @@ def discover_bundles(root: Path, since: datetime, until: datetime) -> tuple[list
         except (BundleError, ValueError) as exc:
             bad.append((dirpath, str(exc).splitlines()[0]))
             continue
-        if since <= s.end < until and s.state.split()[0].upper() != "COMPLETED":
+        if since <= s.end < until and not get_scheduler(s.scheduler).states.read(scope_facts(s)).completed:
             found.append(EndedAttempt(s.id, Target(bundle=dirpath), s.end))
     return sorted(found, key=lambda a: (a.end, a.key)), bad
 

@@ -35,6 +35,7 @@ def test_flow_diagnoses_and_publishes(tmp_path, monkeypatch):
         "scheduler_log",
         "sacct",
         "kueue",
+        "scheduler_record",
         "metrics",
         "topology",
     }
