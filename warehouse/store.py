@@ -24,7 +24,7 @@ from typing import Any
 import duckdb
 
 from workload_attribution.contracts.errors import BadInput, NotStored, first_line
-from workload_attribution.contracts.models import Diagnosis
+from workload_attribution.contracts.models import Diagnosis, SubjectHistory
 from workload_attribution.staging.database import scalar
 from workload_attribution.warehouse.backends import (
     _LAKE_WRITERS,
@@ -42,6 +42,7 @@ from workload_attribution.warehouse.backends import (
 )
 from workload_attribution.warehouse.conflicts import is_conflict, retry
 from workload_attribution.warehouse.maintenance import LAKE_SNAPSHOTS_KEPT, checkpoint_file, maintain_lake
+from workload_attribution.warehouse.memory import Blame, recall
 from workload_attribution.warehouse.schema import WarehouseTooNew, migrate, views
 from workload_attribution.warehouse.writer import insert_topology, write_diagnosis
 
@@ -196,6 +197,26 @@ class Warehouse:
                     )
         except (duckdb.Error, OSError) as exc:
             raise NotStored(f"{self}: the diagnosis could not be written: {first_line(exc)}", d) from exc
+
+    def recall(self, d: Diagnosis, subjects: list[Blame], listed: int) -> list[SubjectHistory]:
+        """Fleet memory of a diagnosis's subjects (warehouse/memory.py), read on a writer's
+        connection (so the schema is this code's, and a lake's kept connection serves it)."""
+        if not subjects:
+            return []
+        found: list[list[SubjectHistory]] = []
+        try:
+            with WRITE_LOCK:
+                if self.lake is None:
+                    with self.connect() as con:
+                        return recall(con, d, subjects, listed)
+                write_kept_lake(
+                    self.url,
+                    lambda: self._open(read_only=False),
+                    lambda con: found.append(recall(con, d, subjects, listed)),
+                )
+        except (duckdb.Error, OSError) as exc:
+            raise NotStored(f"{self}: fleet memory could not be read: {first_line(exc)}", d) from exc
+        return found[-1]
 
     def load_topology(self, cluster: str, rows: list[tuple], valid_from: datetime, source: str) -> int:
         """Record a topology snapshot (e.g. `attribution topology load`); returns the links added."""

@@ -16,6 +16,7 @@ import duckdb
 from workload_attribution.contracts.models import Diagnosis
 from workload_attribution.staging.database import scalar
 from workload_attribution.warehouse.conflicts import rollback
+from workload_attribution.warehouse.memory import blames, insert_blames
 
 # the tables holding a diagnosis's parts, by diagnosis_id
 PART_TABLES = (
@@ -24,6 +25,7 @@ PART_TABLES = (
     "diagnosis_affected_components",
     "diagnosis_coverage",
     "diagnosis_evidence",
+    "blame_history",
 )
 _ATTEMPT = "cluster=? AND scheduler=? AND job_id=? AND attempt=?"
 
@@ -44,6 +46,7 @@ def write_diagnosis(con: duckdb.DuckDBPyConnection, d: Diagnosis, topology: list
             insert_topology(con, a.cluster, topology, a.start, f"bundle {a.job_id}")
         _insert_coverage(con, d.diagnosis_id, doc)
         _insert_evidence(con, d.diagnosis_id, doc)
+        insert_blames(con, d, blames(d, topology))
         con.execute("COMMIT")
     except Exception:
         rollback(con)
