@@ -143,13 +143,14 @@ class PrefectRunner:
             ),
         )
 
-    def publish(self, diagnosis, warehouse, scoped):
+    def publish(self, diagnosis, warehouse, scoped, keeping):
         return _logged(
             "publish",
             steps.publish,
             diagnosis,
             warehouse,
             scoped,
+            keeping,
             said=lambda d: f": diagnosis {d.diagnosis_id} to the warehouse" if warehouse else ": not stored",
         )
 

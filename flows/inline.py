@@ -40,8 +40,8 @@ class InlineRunner:
     def attribute(self, scoped, coverage, pack, settings, notes):
         return steps.attribute(scoped, coverage, pack, settings, notes)
 
-    def publish(self, diagnosis, warehouse, scoped):
-        return steps.publish(diagnosis, warehouse, scoped)
+    def publish(self, diagnosis, warehouse, scoped, keeping):
+        return steps.publish(diagnosis, warehouse, scoped, keeping)
 
 
 def attribute_inline(target: Target, options: Options) -> Diagnosis:
