@@ -14,7 +14,8 @@ from pathlib import Path
 import duckdb
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-PACK_DATA = (("xid_catalog", False), ("nvlink5_decode", True))  # data/<table>.csv, all VARCHAR or typed
+# data/<table>.csv, all VARCHAR or typed; evidence_sources is read by the report (rules/settle.py)
+PACK_DATA = (("xid_catalog", False), ("nvlink5_decode", True), ("evidence_sources", False))
 
 # (path, query) -> ((mtime_ns, size), (columns, from_json shape, JSON rows) or None: read the file)
 _CSV_TABLES: dict[tuple[str, str], tuple[tuple[int, int], tuple[str, str, str] | None]] = {}
