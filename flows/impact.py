@@ -40,6 +40,7 @@ class Transition(BaseModel):
     old: str = Field(description="terminal_state/sub_domain under the shipped pack")
     new: str
     attempts: int
+    changes: list[str] = Field(default_factory=list, description="what changed in them: verdict, root, blamed, action")
 
 
 class ImpactReport(BaseModel):
@@ -148,10 +149,22 @@ def impact(
     for r in _replays(keys, init, since, cluster, jobs, progress):
         _add(report, r)
     report.seconds = round(time.monotonic() - started, 3)
-    counts = Counter((c.old.verdict, c.new.verdict) for c in report.changed)
-    report.transitions = [Transition(old=a, new=b, attempts=n) for (a, b), n in sorted(counts.items())]
+    report.transitions = transitions(report.changed)
     report.changed.sort(key=lambda c: (c.end, c.cluster, c.job_id, c.attempt))
     return report
+
+
+def transitions(changed: list[Changed]) -> list[Transition]:
+    """Changed attempts counted by (old verdict, new verdict), with what changed in them."""
+    counts = Counter((c.old.verdict, c.new.verdict) for c in changed)
+    what: dict[tuple[str, str], set[str]] = {}
+    for c in changed:
+        what.setdefault((c.old.verdict, c.new.verdict), set()).update(c.old.differences(c.new))
+    order = ["verdict", "root", "blamed", "action"]
+    return [
+        Transition(old=a, new=b, attempts=n, changes=[w for w in order if w in what[(a, b)]])
+        for (a, b), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
 
 
 def _replays(

@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from workload_attribution.rules.pack import PHASES, Pack, Rule
-from workload_attribution.rules.pack_data import DATA_DIR
+from workload_attribution.rules.pack_data import DATA_DIR, PACK_DATA
 
 # What a rule decides with; the rest of its file is documentation and tests.
 _INERT = {"tests", "description", "labels", "path"}
 # The pack's own folders of rules and tests; every other file below the pack (data, python, any
-# table a later pack adds) is something the rules stand on, except documentation.
+# table a later pack adds) is something the rules stand on, except documentation and what only the
+# report reads (what would settle an undecided verdict: no verdict depends on it).
 _NOT_FOUNDATIONS = {*PHASES, "tests", "__pycache__"}
+_REPORT_ONLY = {"data/evidence_sources.csv"}
 
 
 def _digest(value: Any) -> str:
@@ -52,8 +54,13 @@ def _read_foundations(pack: Pack) -> dict[str, str]:
     out: dict[str, str] = {}
     for sub in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in _NOT_FOUNDATIONS):
         for f in sorted(sub.rglob("*")):
-            if f.is_file() and f.suffix not in (".md", ".pyc"):
-                out[f.relative_to(root).as_posix()] = hashlib.sha256(f.read_bytes()).hexdigest()[:16]
+            name = f.relative_to(root).as_posix()
+            if f.is_file() and f.suffix not in (".md", ".pyc") and name not in _REPORT_ONLY:
+                out[name] = hashlib.sha256(f.read_bytes()).hexdigest()[:16]
+    for table, _ in PACK_DATA:  # a table the pack does not have is the shipped one (pack_data.py)
+        name = f"data/{table}.csv"
+        if name not in out and name not in _REPORT_ONLY:
+            out[name] = hashlib.sha256((DATA_DIR / f"{table}.csv").read_bytes()).hexdigest()[:16]
     defs = {name: [rule_id, d.model_dump(mode="json")] for name, (rule_id, d) in pack.symptom_defs.items()}
     out["symptom definitions"] = _digest(defs)
     return out

@@ -23,8 +23,10 @@ _CSV_LOCK = threading.Lock()
 
 
 def load_pack_data(con: duckdb.DuckDBPyConnection, data: Path, temp: bool = False) -> None:
+    """The pack's tables; one the pack does not have (a pack older than the table) is the shipped one."""
     for table, all_varchar in PACK_DATA:
-        _load_csv(con, table, data / f"{table}.csv", all_varchar=all_varchar, temp=temp)
+        path = data / f"{table}.csv"
+        _load_csv(con, table, path if path.is_file() else DATA_DIR / path.name, all_varchar=all_varchar, temp=temp)
 
 
 def read_data_ahead(con: duckdb.DuckDBPyConnection, data: Path = DATA_DIR) -> None:

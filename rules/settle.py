@@ -37,22 +37,50 @@ def would_settle(con: duckdb.DuckDBPyConnection, d: Diagnosis) -> list[MissingEv
     coverage = {c.source: c for c in d.coverage}
     out = []
     for src in rows(con, "SELECT * FROM evidence_sources"):
-        cov = coverage.get(src["source"])
-        missing = _missing_hosts(cov, hosts, bool(src["per_host"]))
-        if missing is None:
+        missing = _missing_hosts(coverage.get(src["source"]), hosts, bool(src["per_host"]))
+        reveals = (src["reveals"] or "").split()
+        if missing is None or not _bears_on(d, reveals):
             continue
-        reveals = [r for r in (src["reveals"] or "").split() if r != f"{d.terminal_state}/{d.sub_domain}"]
         out.append(
             MissingEvidence(
                 source=src["source"],
                 hosts=missing[:MAX_HOSTS],
                 start=start,
                 end=end,
-                separates=[*standing, *reveals] if d.sub_domain == SubDomain.insufficient_evidence else standing,
+                separates=standing if d.sub_domain == SubDomain.ambiguous else [*standing, *reveals],
                 reason=_sentence(d, src["source"], missing, start, end, src["shows"]),
             )
         )
+    if not out and d.sub_domain == SubDomain.ambiguous and len(hosts) > 1:
+        out.append(_clocks(d, hosts, start, end, standing))
     return out
+
+
+def _bears_on(d: Diagnosis, reveals: list[str]) -> bool:
+    """Ambiguous: the source shows faults of the candidates' kinds. Insufficient: any kind."""
+    if d.sub_domain != SubDomain.ambiguous or not d.candidates:
+        return bool(reveals)
+    kinds = {f"{c.terminal_state}/{c.sub_domain}" for c in d.candidates}
+    return bool(kinds & set(reveals))
+
+
+def _clocks(d: Diagnosis, hosts: list[str], start: Any, end: Any, standing: list[str]) -> MissingEvidence:
+    """Every source that shows the candidates was collected: they lie within the clock-skew
+    tolerance of each other, and only the hosts' clock offsets then would order them."""
+    a, b = d.candidates[0], d.candidates[1]
+    apart = abs((b.first_seen - a.first_seen).total_seconds()) if a.first_seen and b.first_seen else None
+    gap = f" ({apart:.1f} s apart, within the clock-skew tolerance)" if apart is not None else ""
+    return MissingEvidence(
+        source="clock",
+        hosts=hosts[:MAX_HOSTS],
+        start=start,
+        end=end,
+        separates=standing,
+        reason=(
+            f"the clock offsets of {', '.join(hosts[:SHOWN_HOSTS])} then (chrony or NTP logs) would show which came "
+            f"first: {a.symptom} on {a.node or '?'} or {b.symptom} on {b.node or '?'}{gap}"
+        ),
+    )
 
 
 def _window(con: duckdb.DuckDBPyConnection, d: Diagnosis) -> tuple[datetime | None, datetime | None]:

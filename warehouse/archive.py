@@ -100,7 +100,18 @@ class Outcome(BaseModel):
 
     def decides_as(self, other: Outcome) -> bool:
         """The same verdict, root, blamed hosts and action (confidence aside)."""
-        return self.model_dump(exclude={"confidence"}) == other.model_dump(exclude={"confidence"})
+        return not self.differences(other)
+
+    def differences(self, other: Outcome) -> list[str]:
+        """What differs: verdict, root, blamed, action (in that order)."""
+        a, b = self.model_dump(), other.model_dump()
+        parts = {
+            "verdict": ("terminal_state", "sub_domain"),
+            "root": ("root_symptom", "root_node"),
+            "blamed": ("affected_nodes",),
+            "action": ("action",),
+        }
+        return [name for name, keys in parts.items() if any(a[k] != b[k] for k in keys)]
 
 
 class Checkpoint(BaseModel):

@@ -104,7 +104,7 @@ def text(report: Any) -> str:
     if report.transitions:
         lines.append("verdict transitions:")
         width = max(len(t.old) for t in report.transitions)
-        lines += [f"  {t.old:<{width}} -> {t.new}  {t.attempts}" for t in report.transitions]
+        lines += [f"  {t.old:<{width}} -> {t.new}: {t.attempts} ({', '.join(t.changes)})" for t in report.transitions]
     if report.changed:
         lines.append("changed attempts:")
     for c in report.changed:
@@ -129,8 +129,8 @@ def markdown(report: Any) -> str:
         + ".",
     ]
     if report.transitions:
-        lines += ["", "| from | to | attempts |", "| --- | --- | ---: |"]
-        lines += [f"| {t.old} | {t.new} | {t.attempts} |" for t in report.transitions]
+        lines += ["", "| from | to | attempts | what changed |", "| --- | --- | ---: | --- |"]
+        lines += [f"| {t.old} | {t.new} | {t.attempts} | {', '.join(t.changes)} |" for t in report.transitions]
     if report.changed:
         lines += ["", "| attempt | ended | old | new |", "| --- | --- | --- | --- |"]
         lines += [
