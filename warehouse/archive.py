@@ -153,7 +153,7 @@ class Packed:
     def write(self, data: bytes) -> None:
         self.size += len(data)
         if self.size > self.limit:
-            raise EvidenceTooLarge(f"more than {self.limit / 2**20:.0f} MiB of staged evidence: not archived")
+            raise EvidenceTooLarge(f"its staged evidence passes {self.limit / 2**20:g} MiB (archive.max_attempt_mib)")
         self._hash.update(data)
         self._parts.append(self._out.compress(data))
 
