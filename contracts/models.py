@@ -234,6 +234,7 @@ class PastAttempt(Contract):
     cluster: str
     job_id: str
     attempt: int
+    diagnosis_id: str | None = None
     role: Role = Field(description="root: the subject was blamed; cascade: it only showed the cascade")
     end: datetime | None = None
     symptom: str | None = Field(default=None, description="the root symptom of that attempt")

@@ -97,7 +97,8 @@ def recall(con: duckdb.DuckDBPyConnection, d: Diagnosis, subjects: list[Blame], 
         [end - timedelta(days=DAYS[0]), *args],
     ).fetchall()
     rows = con.execute(
-        f"""SELECT kind, subject, cluster, job_id, attempt, role, end_time, symptom FROM blame_history WHERE {where}
+        f"""SELECT kind, subject, cluster, job_id, attempt, role, end_time, symptom, diagnosis_id
+            FROM blame_history WHERE {where}
             QUALIFY row_number() OVER (PARTITION BY kind, subject ORDER BY end_time DESC, role DESC, job_id) <= ?
             ORDER BY kind, subject, end_time DESC, role DESC, job_id""",
         [*args, listed],
@@ -126,7 +127,7 @@ def _history(s: Blame, counts: list[tuple], rows: list[tuple]) -> SubjectHistory
     mine = {r[2]: r[3:] for r in counts if (r[0], r[1]) == (s.kind, s.subject)}
     root, cascade = mine.get("root", (0, 0, None)), mine.get("cascade", (0, 0, None))
     listed = [
-        PastAttempt(cluster=r[2], job_id=r[3], attempt=r[4], role=r[5], end=r[6], symptom=r[7])
+        PastAttempt(cluster=r[2], job_id=r[3], attempt=r[4], role=r[5], end=r[6], symptom=r[7], diagnosis_id=r[8])
         for r in rows
         if (r[0], r[1]) == (s.kind, s.subject)
     ]
