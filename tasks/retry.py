@@ -8,12 +8,12 @@ import json
 
 from workload_attribution.staging.database import connected
 from workload_attribution.staging.snapshot import restore_evidence
-from workload_attribution.tasks.steps import Scoped
+from workload_attribution.tasks.steps import ScopedAttempt
 from workload_attribution.warehouse.archive import Archive
 from workload_attribution.warehouse.store import Warehouse
 
 
-def restore_archived(scoped: Scoped, warehouse: str | None, archive: str | None) -> None:
+def restore_archived(scoped: ScopedAttempt, warehouse: str | None, archive: str | None) -> None:
     """Narrow the attempt to the sources its stored diagnosis names as missing, the others'
     evidence and coverage restored from the archive. Without a stored diagnosis or archived
     evidence, every source is collected (a note says why)."""
@@ -23,7 +23,7 @@ def restore_archived(scoped: Scoped, warehouse: str | None, archive: str | None)
     a = scoped.scope.id
     stored = Warehouse(warehouse).rows(
         "SELECT diagnosis -> 'would_settle' FROM diagnoses WHERE cluster=? AND scheduler=? AND job_id=? AND attempt=?",
-        [a.cluster, a.scheduler.value, a.job_id, a.attempt],
+        [a.cluster, a.scheduler, a.job_id, a.attempt],
     )
     manifest = Archive(archive).manifest(a.diagnosis_id)
     if not stored or manifest is None:

@@ -74,7 +74,7 @@ def insert_blames(con: duckdb.DuckDBPyConnection, d: Diagnosis, rows: list[Blame
             "subject": [r.subject for r in rows],
             "role": [r.role for r in rows],
             "end": a.end,
-            "scheduler": a.scheduler.value,
+            "scheduler": a.scheduler,
             "job": a.job_id,
             "attempt": a.attempt,
             "id": d.diagnosis_id,

@@ -26,6 +26,7 @@ from urllib.parse import quote, urlparse
 import httpx
 
 from workload_attribution.contracts.errors import BadInput
+from workload_attribution.warehouse.object_store import is_object_store
 
 
 class ArchiveStoreError(BadInput):
@@ -48,7 +49,7 @@ class ObjectStore(Protocol):
 
 def open_store(location: str) -> ObjectStore:
     """`s3://bucket/prefix` -> S3Objects; anything else is a local folder."""
-    if location.startswith("s3://"):
+    if is_object_store(location):  # the same schemes a lake's data path may name
         return S3Objects.from_url(location)
     if "://" in location:
         raise ArchiveStoreError(f"archive location {location}: a folder or s3://bucket/prefix")

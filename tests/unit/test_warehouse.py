@@ -38,6 +38,40 @@ def test_rediagnosing_replaces_never_duplicates(tmp_path, diagnosis):
     assert stored["terminal_state"] == "hardware_failure" and stored["diagnosis_id"] == diagnosis.diagnosis_id
 
 
+def test_a_newer_rules_pack_wins_over_an_older_one_whoever_writes_last(tmp_path, diagnosis):
+    """warehouse/precedence.py: the pack's calendar version first, then when the diagnosis was made."""
+    from datetime import timedelta
+
+    from workload_attribution.warehouse.precedence import pack_rank, rank
+
+    assert pack_rank("2026.12.1+78ecdca1d9") == (2026, 12, 1) < pack_rank("2026.12.10+0") < pack_rank("2027.1.1")
+    assert pack_rank("dev") == () < pack_rank("0")
+    t = diagnosis.created_at
+    assert rank("2026.12.1+a", t) < rank("2026.12.1+a", t + timedelta(microseconds=1)) < rank("2026.12.2+b", t)
+
+    def made(version: str, after_s: float, action: str):
+        rules = diagnosis.rules.model_copy(update={"version": version})
+        return diagnosis.model_copy(
+            update={"rules": rules, "created_at": t + timedelta(seconds=after_s), "recommended_action": Action(action)}
+        )
+
+    wh = Warehouse(tmp_path / "w.duckdb")
+    current = "SELECT count(*), any_value(rules_version), any_value(recommended_action) FROM diagnoses"
+    assert wh.write(made("2026.12.1+a", 0, "reboot_node"))
+    assert not wh.write(made("2026.11.9+z", 60, "drain_node"))  # an older pack, made later: kept out
+    assert wh.query(current)[1] == [(1, "2026.12.1+a", "reboot_node")]
+    assert not wh.write(made("2026.12.1+a", -5, "drain_node"))  # the same pack, made earlier
+    assert wh.write(made("2026.12.1+a", 10, "drain_and_reset_gpu"))  # the same pack, made later: replaces
+    assert wh.write(made("2027.1.1+b", -3600, "reboot_node"))  # a newer pack, however early
+    assert wh.query(current)[1] == [(1, "2027.1.1+b", "reboot_node")]
+    # every use of a rules version is recorded, kept or not: the same record in any write order
+    assert [r[0] for r in wh.query("SELECT version FROM rules_versions ORDER BY first_used")[1]] == [
+        "2027.1.1+b",
+        "2026.12.1+a",
+        "2026.11.9+z",
+    ]
+
+
 def test_schema_newer_than_the_code_is_refused(tmp_path, diagnosis):
     wh = Warehouse(tmp_path / "w.duckdb")
     wh.write(diagnosis)
