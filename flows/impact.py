@@ -48,6 +48,11 @@ class ImpactReport(BaseModel):
     shipped: str = Field(description="the shipped pack's version")
     candidate: str
     differences: list[str] = Field(default_factory=list, description="what differs between the packs")
+    unseen: list[str] = Field(
+        default_factory=list,
+        description="source: literal, for each prefilter literal of the candidate's extract rules whose lines "
+        "the shipped pack did not stage (so the archive lacks them, and no replay can see them)",
+    )
     since: datetime | None = None
     cluster: str | None = None
     attempts: int = Field(0, description="archived attempts in the window, replayed")
@@ -140,6 +145,7 @@ def impact(
         shipped=shipped.version,
         candidate=candidate.version,
         differences=diff(shipped, candidate).describe(),
+        unseen=unseen(shipped, candidate),
         since=since,
         cluster=cluster,
     )
@@ -152,6 +158,19 @@ def impact(
     report.transitions = transitions(report.changed)
     report.changed.sort(key=lambda c: (c.end, c.cluster, c.job_id, c.attempt))
     return report
+
+
+def unseen(shipped: Pack, candidate: Pack) -> list[str]:
+    """The candidate's extract rules' prefilter literals (per source) that the archive kept no line
+    of: a log line is staged, and so archived, only when it holds a literal of the pack that read
+    it, so a line holding a new literal is archived only if it also holds a shipped one (a shipped
+    literal inside the new one). Judged against the shipped pack: the one that archived the most."""
+    sources = sorted({s for r in candidate.rules if r.phase == "extract" and r.prefilter for s in r.sources})
+    out = []
+    for source in sources:
+        kept = shipped.prefilter(source)
+        out += [f"{source}: {lit}" for lit in candidate.prefilter(source) if not any(k in lit for k in kept)]
+    return out
 
 
 def transitions(changed: list[Changed]) -> list[Transition]:

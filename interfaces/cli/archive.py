@@ -16,7 +16,8 @@ def add(sub: Any) -> None:
         help="the evidence archive: its usage, and pruning it by age and size",
         description=(
             "Each diagnosed attempt's evidence is archived beside the warehouse (archive.location; a folder, or "
-            "s3://bucket/prefix). usage: attempts, evidence objects and bytes. prune: attempts archived more than "
+            "s3://bucket/prefix). usage: attempts, evidence objects and bytes (in all, and an attempt on average). "
+            "prune: attempts archived more than "
             "--max-age-days ago go, then the oldest until the archive is within --max-total-gib, then evidence no "
             "attempt names (defaults: archive.max_age_days, archive.max_total_gib)."
         ),
@@ -40,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     archive = Archive(location)
     if args.action == "usage":
         attempts, objects, size = archive.usage()
-        print(f"archive {archive}: {attempts} attempt(s), {objects} evidence object(s), {_size(size)}")
+        each = f", {_size(size // attempts)} an attempt" if attempts else ""
+        print(f"archive {archive}: {attempts} attempt(s), {objects} evidence object(s), {_size(size)}{each}")
         return EXIT_OK
     days = args.max_age_days if args.max_age_days is not None else cfg.archive.max_age_days
     gib = args.max_total_gib if args.max_total_gib is not None else cfg.archive.max_total_gib

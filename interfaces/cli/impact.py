@@ -74,6 +74,14 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OVER_THRESHOLD if over_threshold(report, args) else EXIT_OK
 
 
+# what a replay cannot see: lines holding a literal only the candidate looks for were never archived
+UNSEEN = (
+    "the archive keeps only the lines the shipped pack's prefilters kept, so attempts whose logs hold "
+    "lines only the candidate looks for do not show as changed here (attribution backfill diagnoses them "
+    "again from their sources):"
+)
+
+
 def over_threshold(report: Any, args: argparse.Namespace) -> bool:
     if args.max_changed is not None and len(report.changed) > args.max_changed:
         return True
@@ -99,6 +107,8 @@ def text(report: Any) -> str:
         f"  attempts   : {report.attempts} replayed ({_window(report)}): {len(report.changed)} changed "
         f"({report.changed_percent:.1f}%)",
     ]
+    if report.unseen:
+        lines.append(f"  not seen   : {UNSEEN} {', '.join(repr(u) for u in report.unseen)}")
     if report.failed:
         lines.append(f"  not replayed: {len(report.failed)}, e.g. {next(iter(report.failed.values()))}")
     if report.transitions:
@@ -138,6 +148,8 @@ def markdown(report: Any) -> str:
             f"{_md_side(c.new)} |"
             for c in report.changed
         ]
+    if report.unseen:
+        lines += ["", f"**Not seen**: {UNSEEN} " + ", ".join(f"`{u}`" for u in report.unseen) + "."]
     if report.failed:
         lines += ["", f"{len(report.failed)} archived attempt(s) could not be replayed."]
     return "\n".join(lines)

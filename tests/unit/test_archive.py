@@ -108,7 +108,10 @@ def test_prune_by_age_then_by_size_then_unnamed_evidence(archived, tmp_path):
 def test_archive_prune_and_usage_on_the_command_line(archived, tmp_path, capsys):
     wh, archive, _ = archived
     assert main(["archive", "usage", "--warehouse", str(wh)]) == 0
-    assert capsys.readouterr().out.startswith(f"archive {archive}: {len(BUNDLES)} attempt(s), ")
+    attempts, _, size = archive.usage()
+    said = capsys.readouterr().out
+    assert said.startswith(f"archive {archive}: {len(BUNDLES)} attempt(s), ") and attempts == len(BUNDLES)
+    assert said.rstrip().endswith(f"{size // attempts / 1024:.1f} KiB an attempt")
     other = tmp_path / "o.duckdb"
     diagnose(WORKED, warehouse=other, archive=True)
     assert main(["archive", "prune", "--warehouse", str(other), "--max-total-gib", "0"]) == 0

@@ -81,6 +81,23 @@ def test_impact_names_exactly_the_attempts_a_rule_change_flips(archived, tmp_pat
         assert Outcome.model_validate(c["old"]) == Outcome.of(live[by_job[c["job_id"]]])
     assert sum(t["attempts"] for t in report["transitions"]) == len(expected)
     assert report["differences"] == [f"rule {CHANGES[kind][0].split('/')[1].removesuffix('.yaml')} changed"]
+    assert report["unseen"] == []  # the changed rules look for the lines they looked for
+
+
+def test_a_candidate_looking_for_lines_the_archive_never_kept_says_so(archived, tmp_path, capsys):
+    """A log line is archived only when it holds a literal of the pack that staged it: a candidate
+    looking for a new literal cannot be judged on the archive alone, and the report says which."""
+    wh, _ = archived
+    out = tmp_path / "wider"
+    shutil.copytree(RULES_DIR, out, ignore=shutil.ignore_patterns("__pycache__"))
+    rule = out / "extract" / "xid-driver-report.yaml"
+    wider = '["NVRM: Xid", "NVRM: Xid (PCI", "NVRM: NVLink"]'  # one holds a shipped literal, one is new
+    rule.write_text(rule.read_text().replace('prefilter: ["NVRM: Xid"]', f"prefilter: {wider}", 1))
+    code, report = impact(capsys, wh, out)
+    assert code == 0 and report["unseen"] == ["app: NVRM: NVLink", "syslog: NVRM: NVLink"]
+    assert main(["rules", "impact", "--candidate", str(out), "--warehouse", str(wh), "--markdown", "-q"]) == 0
+    said = capsys.readouterr().out
+    assert "**Not seen**: the archive keeps only the lines the shipped pack's prefilters kept" in said
 
 
 def test_what_each_change_took(archived, tmp_path, capsys):
