@@ -42,11 +42,16 @@ __all__ = [
     "CoverageDetails",
     "CoverageStatus",
     "Diagnosis",
+    "Escalation",
     "Evidence",
+    "History",
+    "MissingEvidence",
     "Observation",
+    "PastAttempt",
     "Role",
     "RootCause",
     "RulesStamp",
+    "SubjectHistory",
     "Symptom",
     "SubDomain",
     "TerminalState",
@@ -259,6 +264,64 @@ class RulesStamp(Contract):
     failed: list[dict[str, str]] = Field(default_factory=list)
 
 
+class PastAttempt(Contract):
+    """Another attempt that blamed the same node or switch port (fleet memory)."""
+
+    cluster: str
+    job_id: str
+    attempt: int
+    diagnosis_id: str | None = None
+    role: Role = Field(description="root: the subject was blamed; cascade: it only showed the cascade")
+    end: datetime | None = None
+    symptom: str | None = Field(default=None, description="the root symptom of that attempt")
+
+
+class SubjectHistory(Contract):
+    """How often one blamed node or switch port was root (and cascade) of other attempts in the
+    warehouse, in the 7 and 30 days ending at this attempt's end."""
+
+    kind: str = Field(description="node | switch_port")
+    subject: str = Field(description="a host, or a switch port as switch:port")
+    root_7d: int = 0
+    root_30d: int = 0
+    cascade_7d: int = 0
+    cascade_30d: int = 0
+    last_root: datetime | None = None
+    last_cascade: datetime | None = None
+    attempts: list[PastAttempt] = Field(default_factory=list, description="the latest first, at most memory.listed")
+    more: int = Field(default=0, description="attempts of the 30 days not listed")
+
+
+class Escalation(Contract):
+    """The recommended action raised because a blamed subject keeps failing (memory.escalate_at)."""
+
+    from_action: Action
+    to_action: Action
+    ticket: str | None = Field(default=None, description="the ticket to open besides the action: hardware | network")
+    subjects: list[str] = Field(default_factory=list)
+    reason: str
+
+
+class History(Contract):
+    """Fleet memory: what the warehouse knew of the blamed subjects when this attempt was diagnosed."""
+
+    window_end: datetime = Field(description="the attempt's end: the 7 and 30 days end here")
+    subjects: list[SubjectHistory] = Field(default_factory=list)
+    escalation: Escalation | None = None
+
+
+class MissingEvidence(Contract):
+    """Evidence not collected that would decide an ambiguous or insufficient verdict: this source,
+    of these hosts, in this window, would separate these candidates."""
+
+    source: str
+    hosts: list[str] = Field(default_factory=list, description="the hosts whose records are missing; none: the job's")
+    start: datetime | None = None
+    end: datetime | None = None
+    separates: list[str] = Field(default_factory=list, description="the readings it would decide between")
+    reason: str = Field(description="what it would show, in one sentence")
+
+
 class Diagnosis(Contract):
     diagnosis_id: str
     attempt: AttemptScope
@@ -277,6 +340,10 @@ class Diagnosis(Contract):
     rules: RulesStamp
     evidence: list[Evidence] = Field(default_factory=list)
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    would_settle: list[MissingEvidence] = Field(
+        default_factory=list, description="ambiguous or insufficient_evidence: what would decide it"
+    )
+    history: History | None = Field(default=None, description="fleet memory, when a warehouse was read")
 
     @model_validator(mode="after")
     def _words_belong_together(self) -> Diagnosis:

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from workload_attribution.contracts.models import Coverage, Diagnosis
     from workload_attribution.rules.engine import Settings
     from workload_attribution.rules.pack import Pack
+    from workload_attribution.tasks.keeping import Keeping
     from workload_attribution.tasks.steps import ScopedAttempt
 
 
@@ -151,11 +152,13 @@ class PrefectRunner:
     ) -> Diagnosis:
         return _logged("attribute", steps.attribute, scoped, coverage, pack, settings, notes, said=_verdict_said)
 
-    def publish(self, diagnosis: Diagnosis, warehouse: str | None, scoped: ScopedAttempt) -> Diagnosis:
+    def publish(
+        self, diagnosis: Diagnosis, warehouse: str | None, scoped: ScopedAttempt, keeping: Keeping | None
+    ) -> Diagnosis:
         def said(d: Diagnosis) -> str:
             return f": diagnosis {d.diagnosis_id} to the warehouse" if warehouse else ": not stored"
 
-        return _logged("publish", steps.publish, diagnosis, warehouse, scoped, said=said)
+        return _logged("publish", steps.publish, diagnosis, warehouse, scoped, keeping, said=said)
 
     def act(self, diagnosis: Diagnosis, options: Options) -> list[ActionRecord]:
         if diagnosis.attempt.cluster not in options.acting:

@@ -24,6 +24,8 @@ from workload_attribution.actions.config import ActionsConfig
 from workload_attribution.connectors import clusters
 from workload_attribution.contracts.errors import BadInput
 from workload_attribution.rules.engine import Settings as RuleSettings
+from workload_attribution.tasks.memory import MemoryPolicy
+from workload_attribution.warehouse.archive import ArchiveSettings
 
 
 def default_warehouse() -> str:
@@ -111,6 +113,8 @@ class Config(BaseSettings):
     clusters: dict[str, ClusterConfig] = Field(default_factory=dict)
     service: ServiceConfig = Field(default_factory=ServiceConfig)
     backfill: BackfillConfig = Field(default_factory=BackfillConfig)
+    archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
+    memory: MemoryPolicy = Field(default_factory=MemoryPolicy)
 
     def cluster(self, name: str | None) -> tuple[str, ClusterConfig]:
         if name is None:

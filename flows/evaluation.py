@@ -122,6 +122,7 @@ def evaluate(
                 "affected_nodes": d.affected_nodes,
                 "root": d.root_cause.symptom if d.root_cause else None,
                 "failed_rules": [f["rule"] for f in d.rules.failed],
+                "would_settle": [m.source for m in d.would_settle],
             }
             out = Outcome(str(b), cls, exp, got)
         except Exception as exc:

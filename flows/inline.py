@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from workload_attribution.contracts.models import Coverage
     from workload_attribution.rules.engine import Settings
     from workload_attribution.rules.pack import Pack
+    from workload_attribution.tasks.keeping import Keeping
     from workload_attribution.tasks.steps import ScopedAttempt
 
 
@@ -51,8 +52,10 @@ class InlineRunner:
     ) -> Diagnosis:
         return steps.attribute(scoped, coverage, pack, settings, notes)
 
-    def publish(self, diagnosis: Diagnosis, warehouse: str | None, scoped: ScopedAttempt) -> Diagnosis:
-        return steps.publish(diagnosis, warehouse, scoped)
+    def publish(
+        self, diagnosis: Diagnosis, warehouse: str | None, scoped: ScopedAttempt, keeping: Keeping | None
+    ) -> Diagnosis:
+        return steps.publish(diagnosis, warehouse, scoped, keeping)
 
     def act(self, diagnosis: Diagnosis, options: Options) -> list[ActionRecord]:
         return act(diagnosis, options)

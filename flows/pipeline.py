@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from workload_attribution.flows.config import Config
     from workload_attribution.rules.engine import Settings
     from workload_attribution.tasks import steps
+    from workload_attribution.tasks.keeping import Keeping
 
 # Delays between retries of a source's collection (transient errors only), for both runners.
 RETRY_DELAYS_S = (0.5, 2.0, 5.0)
@@ -43,7 +44,9 @@ class Runner(Protocol):
     def attribute(
         self, scoped: steps.ScopedAttempt, coverage: list[Coverage], pack: Pack, settings: Settings, notes: list[str]
     ) -> Diagnosis: ...
-    def publish(self, diagnosis: Diagnosis, warehouse: str | None, scoped: steps.ScopedAttempt) -> Diagnosis: ...
+    def publish(
+        self, diagnosis: Diagnosis, warehouse: str | None, scoped: steps.ScopedAttempt, keeping: Keeping | None
+    ) -> Diagnosis: ...
     def act(self, diagnosis: Diagnosis, options: Options) -> list[ActionRecord]: ...
 
 
@@ -56,6 +59,8 @@ class Options:
     cluster: Cluster | None = None  # the target's cluster (None for a bundle)
     warehouse: str | None = None  # None: not stored
     acting: dict[str, Any] = field(default_factory=dict)  # cluster name -> its configuration, for those with actions
+    keeping: Keeping | None = None  # the archive and the fleet memory, beside the warehouse
+    retry_missing: bool = False  # collect only what the stored diagnosis says would settle it
 
 
 def _settings() -> Settings:
@@ -85,12 +90,29 @@ def resolve(
         except ValueError as exc:
             raise BadInput(str(exc)) from None
         target = target.model_copy(update={"cluster": name})
+    pack = pack or load_rules(cfg.rules_dir)
+    warehouse = cfg.warehouse or None if store else None
     return target, Options(
-        pack=pack or load_rules(cfg.rules_dir),
+        pack=pack,
         settings=cfg.rules,
         cluster=cluster,
-        warehouse=cfg.warehouse or None if store else None,
+        warehouse=warehouse,
         acting={name: c for name, c in cfg.clusters.items() if c.actions is not None} if act else {},
+        keeping=keeping(cfg, warehouse, pack),
+    )
+
+
+def keeping(cfg: Config, warehouse: str | None, pack: Pack) -> Keeping:
+    """The archive (beside the warehouse, unless configured elsewhere or off) and the memory policy."""
+    from workload_attribution.tasks.keeping import Keeping
+    from workload_attribution.warehouse.archive import location_for
+
+    return Keeping(
+        archive=location_for(warehouse or "", cfg.archive),
+        archive_max_bytes=int(cfg.archive.max_attempt_mib * 2**20),
+        memory=cfg.memory,
+        pack=pack,
+        settings=cfg.rules,
     )
 
 
@@ -99,6 +121,10 @@ def attribute_story(run: Runner, target: Target, options: Options) -> Diagnosis:
 
     scoped = run.scope(target, options.cluster)
     try:
+        if options.retry_missing:
+            from workload_attribution.tasks.retry import restore_archived
+
+            restore_archived(scoped, options.warehouse, options.keeping.archive if options.keeping else None)
         futures = {source: run.collect(scoped, source, options.pack) for source in scoped.sources}
         results = []
         for source, fut in futures.items():
@@ -110,7 +136,7 @@ def attribute_story(run: Runner, target: Target, options: Options) -> Diagnosis:
         notes = [n for r in results for n in r.notes]
         diagnosis = run.attribute(scoped, coverage, options.pack, options.settings, notes)
         try:
-            published = run.publish(diagnosis, options.warehouse, scoped)
+            published = run.publish(diagnosis, options.warehouse, scoped, options.keeping)
         except NotStored as exc:
             exc.diagnosis = diagnosis
             raise

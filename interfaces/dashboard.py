@@ -3,7 +3,8 @@
 
     /ui                   diagnoses, newest first, with filters; trend charts above the list
     /ui/diagnoses/{id}    one diagnosis: the symptoms on a timeline per host (root first, cascades
-                          after), the coverage of every source, the root's evidence lines
+                          after), the root's evidence lines, the history of its blamed hosts and
+                          ports (and the escalation), what would settle it, the coverage
     /ui/login             exchange the API token for a session cookie (when a token is configured)
 
 Every value is HTML-escaped; every query binds its parameters.
@@ -436,6 +437,61 @@ def _coverage_table(doc: dict[str, Any]) -> str:
     return "".join(cov)
 
 
+def _history_section(doc: dict[str, Any]) -> str:
+    """Fleet memory: each blamed node and switch port's roots and cascades in 7 and 30 days before
+    this attempt's end, the latest of those attempts (each a link), and the escalation, if any."""
+    hist = doc.get("history")
+    if not hist:
+        return ""
+    esc = hist.get("escalation")
+    out = ["<h2>History of the blamed hosts and ports</h2>"]
+    if esc:
+        out.append(
+            f"<p class=escalation style='border-left:4px solid {STATE_COLORS['hardware_failure']};padding-left:8px'>"
+            f"<b>Escalated</b>: {escape(esc['from_action'])} &rarr; <b>{escape(esc['to_action'])}</b>"
+            f"{' + ' + escape(esc['ticket']) + ' ticket' if esc.get('ticket') else ''}. {escape(esc['reason'])}</p>"
+        )
+    rows = [_history_row(h) for h in hist.get("subjects") or []]
+    if not rows:
+        return "".join(out) + "<p class=muted>nothing blamed</p>"
+    head = (
+        "<table class=history><tr><th>blamed</th><th>root 7 d</th><th>root 30 d</th><th>cascade 7 d</th>"
+        "<th>cascade 30 d</th><th>last root</th><th>latest attempts</th></tr>"
+    )
+    return "".join(out) + head + "".join(rows) + "</table>"
+
+
+def _history_row(h: dict[str, Any]) -> str:
+    key = "node" if h["kind"] == "node" else "port"
+    attempts = ", ".join(
+        (
+            a(f"/ui/diagnoses/{p['diagnosis_id']}", f"{p['cluster']} {p['job_id']}")
+            if p.get("diagnosis_id")
+            else escape(f"{p['cluster']} {p['job_id']}")
+        )
+        + f" <span class=muted>{escape(p['role'])}</span>"
+        for p in h.get("attempts") or []
+    )
+    more = f" <span class=muted>+{h['more']} more</span>" if h.get("more") else ""
+    return (
+        f"<tr><td>{a(link({}, **{key: h['subject']}), h['subject'])} <span class=muted>{escape(h['kind'])}</span></td>"
+        f"<td>{h['root_7d']}</td><td>{h['root_30d']}</td><td>{h['cascade_7d']}</td><td>{h['cascade_30d']}</td>"
+        f"<td>{escape(str(h.get('last_root') or '-'))[:19]}</td><td>{attempts or '-'}{more}</td></tr>"
+    )
+
+
+def _settle_section(doc: dict[str, Any]) -> str:
+    """What would settle an undecided verdict: the evidence that was not collected."""
+    items = doc.get("would_settle") or []
+    if not items:
+        return ""
+    return (
+        "<h2>What would settle it</h2><ul class=settle>"
+        + "".join(f"<li><b>{escape(m['source'])}</b>: {escape(m['reason'])}</li>" for m in items)
+        + "</ul>"
+    )
+
+
 def diagnosis_page(doc: dict[str, Any], ports: list[str] | None = None) -> str:
     """One diagnosis; every host, switch port and symptom on it links to the list filtered by it.
     `ports`: the switch ports it blames (where its hosts were cabled at the time)."""
@@ -447,6 +503,8 @@ def diagnosis_page(doc: dict[str, Any], ports: list[str] | None = None) -> str:
         + "<h2>Timeline</h2>"
         + timeline(doc)
         + _root_section(doc, ports)
+        + _history_section(doc)
+        + _settle_section(doc)
         + _symptom_table(doc)
         + _coverage_table(doc)
         + raw,

@@ -14,7 +14,8 @@ from pathlib import Path
 import duckdb
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-PACK_DATA = (("xid_catalog", False), ("nvlink5_decode", True))  # data/<table>.csv, all VARCHAR or typed
+# data/<table>.csv, all VARCHAR or typed; evidence_sources is read by the report (rules/settle.py)
+PACK_DATA = (("xid_catalog", False), ("nvlink5_decode", True), ("evidence_sources", False))
 
 # (path, query) -> ((mtime_ns, size), (columns, from_json shape, JSON rows) or None: read the file)
 _CSV_TABLES: dict[tuple[str, str], tuple[tuple[int, int], tuple[str, str, str] | None]] = {}
@@ -22,8 +23,10 @@ _CSV_LOCK = threading.Lock()
 
 
 def load_pack_data(con: duckdb.DuckDBPyConnection, data: Path, temp: bool = False) -> None:
+    """The pack's tables; one the pack does not have (a pack older than the table) is the shipped one."""
     for table, all_varchar in PACK_DATA:
-        _load_csv(con, table, data / f"{table}.csv", all_varchar=all_varchar, temp=temp)
+        path = data / f"{table}.csv"
+        _load_csv(con, table, path if path.is_file() else DATA_DIR / path.name, all_varchar=all_varchar, temp=temp)
 
 
 def read_data_ahead(con: duckdb.DuckDBPyConnection, data: Path = DATA_DIR) -> None:

@@ -5,6 +5,7 @@ the pack's precedence, roles, actions), report."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -105,9 +106,22 @@ def _write_symptom_defs(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
     )
 
 
+# Where a run may start: an archived attempt replayed from its events as they stood when that phase
+# began (tasks/replay.py) runs only that phase and the ones after it.
+RESUMABLE = ("extract", "early", "final")
+Checkpoint = Callable[[str, duckdb.DuckDBPyConnection], None]
+
+
 def run_phases(
-    con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings | None = None, prepared: bool = False
+    con: duckdb.DuckDBPyConnection,
+    pack: Pack,
+    settings: Settings | None = None,
+    prepared: bool = False,
+    start: str = "extract",
+    checkpoint: Checkpoint | None = None,
 ) -> RunResult:
+    """The phases from `start` on; `checkpoint(phase, con)` is called as early and final begin
+    (the events as they stand then are what a replay from that phase starts with)."""
     settings = settings or Settings()
     result = RunResult(failed=list(pack.broken))
     if not prepared:
@@ -118,11 +132,21 @@ def run_phases(
         for rule in rules:
             run_rule(con, pack, rule, settings, result, snapshots)
 
+    def begin(phase: str) -> bool:
+        if RESUMABLE.index(phase) < RESUMABLE.index(start):
+            return False
+        if checkpoint is not None and phase != "extract":
+            checkpoint(phase, con)
+        return True
+
     try:
-        run(pack.by_phase("extract"))
-        snapshots.drop(con)
-        renumber_events(con)
-        run(pack.by_phase("early"))
+        if begin("extract"):
+            run(pack.by_phase("extract"))
+            snapshots.drop(con)
+            renumber_events(con)
+        if begin("early"):
+            run(pack.by_phase("early"))
+        begin("final")
         final = pack.by_phase("final")
         run([r for r in final if r.output == "verdicts"])
         choose_verdict(con, pack)

@@ -20,6 +20,7 @@ from workload_attribution.contracts.models import (
 )
 from workload_attribution.contracts.vocabulary import ISOLATING_ACTIONS, Action, Role
 from workload_attribution.rules.engine import RunResult
+from workload_attribution.rules.settle import would_settle
 from workload_attribution.staging.database import rows
 
 # Evidence records kept per symptom group (the count says how many lines there were).
@@ -83,6 +84,7 @@ def build(
         evidence=evidence.records(),
     )
     diag.explanation = explain(diag)
+    diag.would_settle = would_settle(con, diag)  # undecided verdicts only
     return diag
 
 

@@ -13,6 +13,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 from workload_attribution.connectors import registry
 from workload_attribution.connectors.bundle import SOURCES as BUNDLE_SOURCES
 from workload_attribution.connectors.bundle import BundleSource, load_scope, read_record_files
@@ -40,6 +42,8 @@ from workload_attribution.staging.attempt import create_staging
 from workload_attribution.staging.database import connected, release_staging
 from workload_attribution.staging.normalize import normalize
 from workload_attribution.staging.observations import insert_observations
+from workload_attribution.tasks.archiving import keep_events
+from workload_attribution.tasks.keeping import Keeping, keep
 
 
 @dataclass
@@ -51,6 +55,8 @@ class ScopedAttempt:
     staging: str
     sources: dict[str, tuple[str, SourceConfig]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # --retry-missing: the archived coverage, whose sources' evidence was restored, not collected
+    kept: list[Coverage] = field(default_factory=list)
 
 
 def scope_attempt(target: Target, cluster: Cluster | None = None) -> ScopedAttempt:
@@ -258,6 +264,9 @@ def normalize_collected(scoped: ScopedAttempt, results: list[Collected]) -> list
         apply_spans(c, found.spans, scoped.scope)  # files wholly outside the attempt's window
         if found.far.get(c.source):  # a stamp outside 1970..2200 costs its line (no time), counted
             lose(c, found.far[c.source])
+    if scoped.kept:  # the archived records of what was not collected again, in their places
+        again = {c.source: c for c in coverage}
+        coverage = [again.pop(c.source, c) for c in scoped.kept] + list(again.values())
     return coverage
 
 
@@ -272,27 +281,38 @@ def attribute(
     settings = settings or Settings()
     with connected(scoped.staging) as con:
         prepare(con, pack, settings)
-        con.execute("DELETE FROM coverage")
-        con.execute(
-            "INSERT INTO coverage SELECT unnest($s), unnest($c), unnest($st), unnest($o), unnest($n), unnest($u), "
-            "unnest($e)",
-            {
-                "s": [c.source for c in coverage],
-                "c": [c.connector for c in coverage],
-                "st": [c.status.value for c in coverage],
-                "o": [c.observations for c in coverage],
-                "n": [c.nodes for c in coverage],
-                "u": [c.unparsed for c in coverage],
-                "e": [c.error for c in coverage],
-            },
-        )
-        result = run_phases(con, pack, settings, prepared=True)
+        record_coverage(con, coverage)
+        result = run_phases(con, pack, settings, prepared=True, checkpoint=keep_events)
         return report.build(con, scoped.scope, coverage, result, pack.version, scoped.notes + (notes or []))
 
 
-def publish(diagnosis: Diagnosis, warehouse_path: str | None, scoped: ScopedAttempt | None = None) -> Diagnosis:
+def record_coverage(con: duckdb.DuckDBPyConnection, coverage: list[Coverage]) -> None:
+    """What each source delivered, as the rules read it (the coverage table)."""
+    con.execute("DELETE FROM coverage")
+    con.execute(
+        "INSERT INTO coverage SELECT unnest($s), unnest($c), unnest($st), unnest($o), unnest($n), unnest($u), "
+        "unnest($e)",
+        {
+            "s": [c.source for c in coverage],
+            "c": [c.connector for c in coverage],
+            "st": [c.status.value for c in coverage],
+            "o": [c.observations for c in coverage],
+            "n": [c.nodes for c in coverage],
+            "u": [c.unparsed for c in coverage],
+            "e": [c.error for c in coverage],
+        },
+    )
+
+
+def publish(
+    diagnosis: Diagnosis,
+    warehouse_path: str | None,
+    scoped: ScopedAttempt | None = None,
+    keeping: Keeping | None = None,
+) -> Diagnosis:
     """Write the diagnosis to the warehouse (idempotent per attempt), with the topology seen with
-    the attempt so analysts can place its hosts under their switch ports as of that time."""
+    the attempt so analysts can place its hosts under their switch ports as of that time; before
+    that, its blamed subjects' history and its evidence archived (tasks/keeping.py)."""
     if warehouse_path:
         from workload_attribution.warehouse.store import Warehouse
 
@@ -300,7 +320,9 @@ def publish(diagnosis: Diagnosis, warehouse_path: str | None, scoped: ScopedAtte
         if scoped is not None:
             with connected(scoped.staging) as con:
                 topology = con.execute("SELECT switch, port, peer, peer_kind, hca FROM topology").fetchall()
-        Warehouse(warehouse_path).write(diagnosis, topology)
+        wh = Warehouse(warehouse_path)
+        diagnosis = keep(diagnosis, wh, topology, scoped.staging if scoped else None, keeping or Keeping())
+        wh.write(diagnosis, topology)
     return diagnosis
 
 

@@ -5,7 +5,8 @@ that says what it is and how it is checked:
 
     <!-- doc: run -->               shell: run with bash (-e, pipefail) in a sandbox: a temporary HOME
                                     and working directory holding a copy of the bundle folders
-                                    (tests/examples, tests/regression, tests/real) and deployments/,
+                                    (tests/examples, tests/regression, tests/real), deployments/
+                                    and the shipped rules pack (rules/, to copy and change),
                                     `.venv` the test environment's; must exit 0
     <!-- doc: run, exits N -->      the same, and it must exit N
     <!-- doc: output -->           what the run (or python) block above prints on stdout, compared
@@ -51,7 +52,7 @@ DOCS = [
 ]
 KINDS = ("run", "output", "python", "config", "rule", "excerpt", "ci", "services", "figure", "not run")
 # copied into each sandbox: what the documented commands read
-SANDBOX_COPIES = ("tests/examples", "tests/regression", "tests/real", "deployments")
+SANDBOX_COPIES = ("tests/examples", "tests/regression", "tests/real", "deployments", "rules")
 
 _MARKER = re.compile(r"^\s*<!--\s*doc:\s*(?P<spec>.*?)\s*-->\s*$")
 _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})(?P<lang>[\w+-]*)\s*$")

@@ -10,22 +10,46 @@ from workload_attribution.contracts.models import AttemptScope, Diagnosis
 
 
 def diagnose(
-    bundle: str | Path, warehouse: str | Path | None = None, pack: Any = None, settings: Any = None
+    bundle: str | Path,
+    warehouse: str | Path | None = None,
+    pack: Any = None,
+    settings: Any = None,
+    archive: bool = False,
+    memory: Any = None,
+    retry_missing: bool = False,
 ) -> Diagnosis:
-    """The inline story over one bundle (what `attribution diagnose --inline` runs)."""
+    """The inline story over one bundle (what `attribution diagnose --inline` runs); with
+    `archive`, its evidence archived beside the warehouse; `memory`: a tasks.memory.MemoryPolicy."""
     from workload_attribution.flows.inline import attribute_inline
     from workload_attribution.flows.pipeline import Options
     from workload_attribution.rules.engine import Settings
     from workload_attribution.rules.pack import default_pack
+    from workload_attribution.tasks.keeping import Keeping
+    from workload_attribution.tasks.memory import MemoryPolicy
+    from workload_attribution.warehouse.archive import ArchiveSettings, location_for
 
-    return attribute_inline(
-        Target(bundle=str(bundle)),
-        Options(
-            pack=pack or default_pack(),
-            settings=settings or Settings(),
-            warehouse=str(warehouse) if warehouse else None,
-        ),
-    )
+    pack, settings = pack or default_pack(), settings or Settings()
+    location = location_for(str(warehouse), ArchiveSettings()) if archive and warehouse else None
+    keeping = Keeping(archive=location, memory=memory or MemoryPolicy(), pack=pack, settings=settings)
+    options = Options(pack=pack, settings=settings, warehouse=str(warehouse) if warehouse else None, keeping=keeping)
+    options.retry_missing = retry_missing
+    return attribute_inline(Target(bundle=str(bundle)), options)
+
+
+def bundle_copy(bundle: str | Path, to: Path, job_id: str | None = None) -> Path:
+    """A copy of a bundle, under another job id (attempt.yaml and the scheduler's record) when given."""
+    import shutil
+
+    shutil.copytree(bundle, to)
+    if job_id:
+        old = next(
+            line.split(":", 1)[1].strip().strip('"')
+            for line in (to / "attempt.yaml").read_text().splitlines()
+            if line.startswith("job_id:")
+        )
+        for f in [to / "attempt.yaml", *sorted((to / "scheduler").glob("*.json"))]:
+            f.write_text(f.read_text().replace(old, job_id))
+    return to
 
 
 def collect(

@@ -2,7 +2,8 @@
 
 A lake: rows writers left in the catalog go to Parquet files, files with deleted rows are rewritten
 and adjacent small files merged, old snapshots expire, and files no snapshot needs are deleted
-(DuckLake's maintenance functions). A DuckDB file: checkpointed (its write-ahead log folded in).
+(DuckLake's maintenance functions). A DuckDB file: its fleet memory sorted by subject
+(warehouse/memory.py), then checkpointed (its write-ahead log folded in).
 Callers hold backends.WRITE_LOCK on a writer's connection.
 """
 
@@ -15,6 +16,7 @@ import duckdb
 
 from workload_attribution.warehouse import turns
 from workload_attribution.warehouse.conflicts import is_conflict, is_store_busy, retry, rollback
+from workload_attribution.warehouse.memory import sort_history
 
 # What a maintenance run leaves of a lake's history: snapshots (time travel) this recent, and files
 # no snapshot needs any more, once they have been unneeded this long (a reader may still scan them).
@@ -23,8 +25,9 @@ LAKE_FILES_GRACE = timedelta(hours=1)
 
 
 def checkpoint_file(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    sorted_rows = sort_history(con)  # fleet memory's lookups read a subject's rows together
     retry(lambda: con.execute("CHECKPOINT"))
-    return {"backend": "duckdb", "checkpointed": True}
+    return {"backend": "duckdb", "checkpointed": True, "blame_history_sorted": sorted_rows}
 
 
 def maintain_lake(

@@ -27,7 +27,7 @@ import duckdb
 
 from workload_attribution.contracts.actions import ActionHistory, ActionRecord
 from workload_attribution.contracts.errors import BadInput, NotStored, first_line
-from workload_attribution.contracts.models import Diagnosis
+from workload_attribution.contracts.models import Diagnosis, SubjectHistory
 from workload_attribution.staging.database import scalar
 from workload_attribution.warehouse import actions as action_table
 from workload_attribution.warehouse.backends import (
@@ -46,6 +46,7 @@ from workload_attribution.warehouse.backends import (
 )
 from workload_attribution.warehouse.conflicts import is_conflict, retry
 from workload_attribution.warehouse.maintenance import LAKE_SNAPSHOTS_KEPT, checkpoint_file, maintain_lake
+from workload_attribution.warehouse.memory import Blame, recall
 from workload_attribution.warehouse.schema import WarehouseTooNew, migrate, views
 from workload_attribution.warehouse.turns import turn
 from workload_attribution.warehouse.writer import insert_topology, write_diagnosis
@@ -216,6 +217,26 @@ class Warehouse:
         if not written:
             log.info("%s: kept the stored diagnosis of %s (it outranks this one)", self, d.attempt.id.key)
         return written
+
+    def recall(self, d: Diagnosis, subjects: list[Blame], listed: int) -> list[SubjectHistory]:
+        """Fleet memory of a diagnosis's subjects (warehouse/memory.py), read on a writer's
+        connection (so the schema is this code's, and a lake's kept connection serves it)."""
+        if not subjects:
+            return []
+        found: list[list[SubjectHistory]] = []
+        try:
+            with WRITE_LOCK:
+                if self.lake is None:
+                    with self.connect() as con:
+                        return recall(con, d, subjects, listed)
+                write_kept_lake(
+                    self.url,
+                    lambda: self._open(read_only=False),
+                    lambda con: found.append(recall(con, d, subjects, listed)),
+                )
+        except (duckdb.Error, OSError) as exc:
+            raise NotStored(f"{self}: fleet memory could not be read: {first_line(exc)}", d) from exc
+        return found[-1]
 
     def load_topology(self, cluster: str, rows: list[tuple], valid_from: datetime, source: str) -> int:
         """Record a topology snapshot (e.g. `attribution topology load`); returns the links added."""

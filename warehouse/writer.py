@@ -19,6 +19,7 @@ import duckdb
 from workload_attribution.contracts.models import Diagnosis
 from workload_attribution.staging.database import scalar
 from workload_attribution.warehouse.conflicts import rollback
+from workload_attribution.warehouse.memory import blames, insert_blames
 from workload_attribution.warehouse.precedence import rank
 
 # the tables holding a diagnosis's parts, by diagnosis_id
@@ -28,6 +29,7 @@ PART_TABLES = (
     "diagnosis_affected_components",
     "diagnosis_coverage",
     "diagnosis_evidence",
+    "blame_history",
 )
 _ATTEMPT = "cluster=? AND scheduler=? AND job_id=? AND attempt=?"
 
@@ -54,6 +56,7 @@ def write_diagnosis(con: duckdb.DuckDBPyConnection, d: Diagnosis, topology: list
         _insert_affected(con, d)
         _insert_coverage(con, d.diagnosis_id, doc)
         _insert_evidence(con, d.diagnosis_id, doc)
+        insert_blames(con, d, blames(d, topology))
         con.execute("COMMIT")
     except Exception:
         rollback(con)

@@ -30,6 +30,7 @@ COMMANDS = (
     "actions",
     "backfill",
     "topology",
+    "archive",
     "config",
     "serve",
     "deploy",

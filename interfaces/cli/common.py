@@ -12,9 +12,18 @@ from workload_attribution.contracts.errors import BadInput, NotStored, SourceErr
 if TYPE_CHECKING:  # the configuration is imported when a command reads it, not for --version
     from workload_attribution.flows.config import Config
 
-EXIT_OK, EXIT_BUG, EXIT_BAD_INPUT, EXIT_NOT_STORED = 0, 1, 2, 3
+EXIT_OK, EXIT_BUG, EXIT_BAD_INPUT, EXIT_NOT_STORED, EXIT_OVER_THRESHOLD = 0, 1, 2, 3, 4
 
-__all__ = ["BadInput", "EXIT_BAD_INPUT", "EXIT_BUG", "EXIT_NOT_STORED", "EXIT_OK", "Exit", "first_line"]
+__all__ = [
+    "BadInput",
+    "EXIT_BAD_INPUT",
+    "EXIT_BUG",
+    "EXIT_NOT_STORED",
+    "EXIT_OK",
+    "EXIT_OVER_THRESHOLD",
+    "Exit",
+    "first_line",
+]
 
 
 class Exit(Exception):

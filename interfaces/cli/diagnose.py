@@ -52,6 +52,12 @@ def add(sub: Any) -> None:
     d.add_argument("--warehouse", metavar="PATH", help="warehouse file or DuckLake URL (default from config)")
     d.add_argument("--no-warehouse", action="store_true", help="do not store the diagnosis")
     d.add_argument("--rules-dir", metavar="DIR", help="another rules pack (default: config, else the shipped one)")
+    d.add_argument(
+        "--retry-missing",
+        action="store_true",
+        help="collect only the sources the stored diagnosis says would settle it (would_settle), the rest "
+        "from the evidence archive, and diagnose again",
+    )
     d.set_defaults(func=run)
 
 
@@ -80,6 +86,7 @@ def summary(d: Any) -> str:
             + ", ".join(sorted({s.symptom for s in demoted})[:5])
         )
     lines.append("  coverage   : " + "  ".join(f"{c.source}={c.status.value}" for c in d.coverage))
+    lines += _history_lines(d) + _settle_lines(d)
     for note in d.notes:
         lines.append(f"  note       : {note}")
     lines.append(f"  explanation: {d.explanation}")
@@ -90,6 +97,38 @@ def summary(d: Any) -> str:
     # every line escaped as a whole: names from the file system and the logs (a node named by a file
     # name, a job id, a line) never reach the terminal raw, nor break the summary's lines
     return "\n".join(_printable(line) for line in lines)
+
+
+def _history_lines(d: Any) -> list[str]:
+    """Fleet memory: each blamed subject's roots and cascades in 7 / 30 days, the latest attempt."""
+    if d.history is None:
+        return []
+    lines = []
+    for i, h in enumerate(d.history.subjects):
+        latest = h.attempts[0] if h.attempts else None
+        last = (
+            f", last {latest.end:%Y-%m-%d %H:%M} {latest.role} ({latest.cluster} job {latest.job_id})"
+            if latest and latest.end
+            else ""
+        )
+        lines.append(
+            f"  {'history' if i == 0 else '':<11}: {h.subject} root {h.root_7d} in 7 d, {h.root_30d} in 30 d; "
+            f"cascade {h.cascade_7d} / {h.cascade_30d}{last}"
+        )
+    if d.history.escalation is not None:
+        e = d.history.escalation
+        lines.append(f"  escalated  : {e.reason}")
+    return lines
+
+
+SETTLE_SHOWN = 3
+
+
+def _settle_lines(d: Any) -> list[str]:
+    """What would decide an undecided verdict: the first few (all of them in --json)."""
+    lines = [f"  would settle: {m.reason}" for m in d.would_settle[:SETTLE_SHOWN]]
+    more = len(d.would_settle) - SETTLE_SHOWN
+    return lines + ([f"  would settle: ... and {more} more source(s) (--json: would_settle)"] if more > 0 else [])
 
 
 def _printable(text: str) -> str:
@@ -150,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
 
         return remote.run(args)
     use_prefect = args.prefect or (bool(os.environ.get("PREFECT_API_URL")) and not args.inline)
+    if args.retry_missing and (use_prefect or args.no_warehouse):
+        raise BadInput("--retry-missing runs in this process (--inline) and needs the warehouse it reads")
     if not use_prefect:
         _stage_ahead()
     cfg = common.load_config(args, warehouse=args.warehouse, rules_dir=args.rules_dir)
@@ -167,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     for broken in pack.broken:  # diagnosed without them; each diagnosis lists them as failed rules
         common.say(f"warning: rule {broken['rule']} {broken['error']}")
     cfg = cfg.model_copy(update={"warehouse": warehouse or ""})
-    diagnose = _prefect_runner(args, cfg) if use_prefect else _inline_runner(cfg, pack)
+    diagnose = _prefect_runner(args, cfg) if use_prefect else _inline_runner(cfg, pack, args.retry_missing)
     progress = common.Progress(args, force=len(todo) > 1)  # a batch says how each attempt went, tty or not
     status = EXIT_OK
     for i, target in enumerate(todo, 1):
@@ -231,12 +272,13 @@ def _read_data_ahead(con: Any) -> None:
     read_data_ahead(con)
 
 
-def _inline_runner(cfg: Any, pack: Any) -> Callable[[Any], Any]:
+def _inline_runner(cfg: Any, pack: Any, retry_missing: bool = False) -> Callable[[Any], Any]:
     from workload_attribution.flows.inline import attribute_inline
     from workload_attribution.flows.pipeline import resolve
 
     def diagnose(target: Any) -> Any:
         target, options = resolve(cfg, target, pack)
+        options.retry_missing = retry_missing
         return attribute_inline(target, options)
 
     return diagnose

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from workload_attribution.cli import common
+from workload_attribution.cli import common, impact
 from workload_attribution.cli.common import EXIT_BAD_INPUT, EXIT_BUG, EXIT_OK, BadInput
 
 
@@ -18,19 +18,26 @@ def add(sub: Any) -> None:
         description=(
             "The rules pack `diagnose` uses (--rules-dir > $ATTRIBUTION_RULES_DIR > config rules_dir > the shipped "
             "pack). validate: every file, every problem, one line each (exit 2 when any); list: the rules by phase "
-            "and the precedence of verdicts; test: the test cases beside each rule (exit 1 when any fails)."
+            "and the precedence of verdicts; test: the test cases beside each rule (exit 1 when any fails); impact: "
+            "replay the archived attempts under this pack and --candidate DIR, and say what would change (exit 4 "
+            "past --max-changed or --max-changed-percent)."
         ),
     )
-    r.add_argument("action", choices=["list", "validate", "test"])
+    r.add_argument("action", choices=["list", "validate", "test", "impact"])
     r.add_argument("--rules-dir", metavar="DIR", help="rules pack directory")
     r.add_argument("--rule", metavar="ID", help="test only this rule")
-    r.add_argument("--json", action="store_true", help="list as JSON")
+    r.add_argument("--json", action="store_true", help="list (impact: the report) as JSON")
     r.add_argument("-v", "--verbose", action="store_true", help="show passing test cases too")
+    impact.add_arguments(r)
     r.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
+
+    if args.action == "impact":
+        return impact.run(args)
+    impact.refuse_its_options(args)
 
     from workload_attribution.rules.pack import RULES_DIR
     from workload_attribution.rules.validation import validate

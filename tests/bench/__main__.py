@@ -17,6 +17,7 @@ command, the date, the cores and the load average before it:
   fixed cost    tests/bench/fixed_cost.py: --version, imports, a fresh --inline, a warm process
   latency       tests/bench/diagnose_latency.py: POST /v1/diagnose p50 / p99
   bounds        tests/bench/bounds.py: hostile inputs at full size (a 1 GiB line, 10M lines, ...)
+  rules impact  tests/bench/impact.py: archived attempts replayed a minute, per kind of rule change
   storm         tests/bench/trigger_storm.py: webhook -> diagnosis on Prefect with SQLite and with
                 PostgreSQL, one worker (DuckDB file) and two (DuckLake), attempts/h, p50 / p90
   storm, one and two workers on one DuckLake: whether a second worker adds throughput
@@ -45,6 +46,7 @@ def parts(quick: bool, storm: bool, keep: str) -> list[tuple[str, list[str]]]:
         ("fixed cost", ["tests.bench.fixed_cost", *(["-n", "5", "--rounds", "2"] if quick else [])]),
         ("latency", ["tests.bench.diagnose_latency", *(["-n", "20"] if quick else [])]),
         ("bounds", ["tests.bench.bounds", *(["--only", "nodes-10k", "topology-1m"] if quick else [])]),
+        ("rules impact", ["tests.bench.impact", *(["--attempts", "600"] if quick else [])]),
     ]
     if storm:
         out += [

@@ -155,8 +155,24 @@ class Browser:
 
 @pytest.fixture(scope="module")
 def site(seeded_warehouse):
+    yield from serve(seeded_warehouse)
+
+
+@pytest.fixture(scope="module")
+def memory_site(tmp_path_factory):
+    """The worked example's host failing in three jobs, diagnosed one after the other (fleet memory)."""
+    from tests.conftest import WORKED
+    from tests.helpers import bundle_copy, diagnose
+
+    tmp = tmp_path_factory.mktemp("memory-site")
+    for job in ("4191701", "4191702", "4191703"):
+        diagnose(bundle_copy(WORKED, tmp / job, job), warehouse=tmp / "w.duckdb")
+    yield from serve(tmp / "w.duckdb")
+
+
+def serve(warehouse):
     saved = os.environ.pop("ATTRIBUTION_API_TOKEN", None)  # a trusted-network dashboard: no sign-in page in the way
-    app = create_app(Config(warehouse=str(seeded_warehouse)))
+    app = create_app(Config(warehouse=str(warehouse)))
     if saved is not None:
         os.environ["ATTRIBUTION_API_TOKEN"] = saved
     port = free_port()
@@ -401,6 +417,35 @@ def test_diagnosis_page_timeline_marks_the_root(site, browser, shots):
     url = browser.click('p.root a[href*="node="]')
     assert parse_qs(urlsplit(url).query) == {"node": [target["root_node"]]}
     print(f"\n/ui/diagnoses/<id> load: {elapsed * 1000:.0f} ms")
+
+
+def test_diagnosis_page_shows_the_history_of_the_blamed_host_and_the_escalation(memory_site, browser, shots):
+    from workload_attribution.contracts.identity import AttemptId
+
+    ids = {job: AttemptId(cluster="eos", scheduler="slurm", job_id=job).diagnosis_id for job in ("4191701", "4191703")}
+    doc = httpx.get(f"{memory_site}/v1/diagnoses/{ids['4191703']}", timeout=30).json()  # the API carries it too
+    assert doc["history"]["escalation"]["to_action"] == "drain_node" and doc["recommended_action"] == "drain_node"
+    dom, _ = browser.open(f"{memory_site}/ui/diagnoses/{ids['4191703']}", size=(1400, 2400))
+    img = browser.screenshot(shots / "history.png")
+    rows = browser.js(
+        "[...document.querySelectorAll('table.history tr')].slice(1).map(r => [...r.cells].map(c => c.innerText))"
+    )
+    host = next(r for r in rows if r[0].startswith("gb-r12-n04"))
+    assert host[1:5] == ["2", "2", "0", "0"] and "eos 4191701" in host[6] and "eos 4191702" in host[6]
+    assert any(r[0].startswith("leaf-12:20") for r in rows)  # its switch port
+    banner = browser.js("document.querySelector('p.escalation').innerText")
+    assert banner.startswith("Escalated: drain_and_reset_gpu → drain_node + hardware ticket.")
+    assert "gb-r12-n04 is root for the 3rd time in 30 days" in banner
+    shown = browser.js(
+        "(() => { const r = document.querySelector('table.history').getBoundingClientRect();"
+        " return r.width > 400 && r.height > 40; })()"
+    )
+    assert shown and pixels(img, STATE_COLORS["hardware_failure"]) > 50  # the banner's bar and the verdict's pill
+    url = browser.click("table.history a[href^='/ui/diagnoses/']")
+    assert urlsplit(url).path == f"/ui/diagnoses/{ids['4191701']}"  # the latest listed first: job id order on a tie
+    assert "job 4191701 attempt 0" in browser.js("document.querySelector('h1').innerText")
+    first = browser.js("document.querySelector('p.escalation')")
+    assert first is None  # the first failure escalated nothing
 
 
 def test_filters_and_escaping(site):

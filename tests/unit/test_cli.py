@@ -112,7 +112,11 @@ def test_a_staging_database_made_ahead_is_the_next_attempts():
         assert made_ahead != usual and not ahead._ahead
         assert catalog(made_ahead) == catalog(usual)
         # the shipped pack's data read into the cache, its tables gone with the connection that read them
-        assert {Path(p).name for p, _ in engine._CSV_TABLES} == {"xid_catalog.csv", "nvlink5_decode.csv"}
+        assert {Path(p).name for p, _ in engine._CSV_TABLES} == {
+            "xid_catalog.csv",
+            "nvlink5_decode.csv",
+            "evidence_sources.csv",
+        }
         with database.connected(made_ahead) as con:
             assert not con.execute("SELECT * FROM duckdb_tables() WHERE temporary").fetchall()
     finally:

@@ -39,3 +39,9 @@ def test_no_healthy_host_blamed_outside_hardware_and_infrastructure(report):
 
 def test_no_rule_fails_at_run_time(report):
     assert [o.bundle for o in report.outcomes if o.got and o.got["failed_rules"]] == []
+
+
+def test_every_undecided_verdict_names_what_would_settle_it(report):
+    undecided = [o for o in report.outcomes if o.got and o.got["sub_domain"] in ("ambiguous", "insufficient_evidence")]
+    assert {o.got["sub_domain"] for o in undecided} == {"ambiguous", "insufficient_evidence"}
+    assert [o.bundle for o in undecided if not o.got["would_settle"]] == []

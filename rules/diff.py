@@ -1,0 +1,120 @@
+"""What two rules packs can decide differently, as far as the packs alone say: which rules differ,
+whether the precedence or the fallback verdict differs, and whether what every rule stands on
+differs (the data tables, the Python modules, the symptom definitions). A replay
+(tasks/replay.py) starts at the first phase where the packs part, from the events as they stood
+then, when the archive kept them (`prefix_digest` says whether it did, for this pack).
+
+A rule's tests, description and labels decide nothing: a change to them changes no digest here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workload_attribution.rules.pack import PHASES, Pack, Rule
+from workload_attribution.rules.pack_data import DATA_DIR, PACK_DATA
+
+# What a rule decides with; the rest of its file is documentation and tests.
+_INERT = {"tests", "description", "labels", "path"}
+# The pack's own folders of rules and tests; every other file below the pack (data, python, any
+# table a later pack adds) is something the rules stand on, except documentation and what only the
+# report reads (what would settle an undecided verdict: no verdict depends on it).
+_NOT_FOUNDATIONS = {*PHASES, "tests", "__pycache__"}
+_REPORT_ONLY = {"data/evidence_sources.csv"}
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def rule_digest(rule: Rule) -> str:
+    return _digest(rule.model_dump(mode="json", exclude=_INERT))
+
+
+# (pack path, pack version) -> foundations: the version covers every file of the pack
+_FOUNDATIONS: dict[tuple[str, str], dict[str, str]] = {}
+
+
+def foundations(pack: Pack) -> dict[str, str]:
+    """Digest of each file the rules stand on (data/..., python/...) and of the symptom definitions."""
+    key = (pack.path, pack.version)
+    if key not in _FOUNDATIONS:
+        if len(_FOUNDATIONS) > 64:  # packs come and go in a long-lived process
+            _FOUNDATIONS.clear()
+        _FOUNDATIONS[key] = _read_foundations(pack)
+    return _FOUNDATIONS[key]
+
+
+def _read_foundations(pack: Pack) -> dict[str, str]:
+    root = Path(pack.path) if pack.path else DATA_DIR.parent
+    out: dict[str, str] = {}
+    for sub in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in _NOT_FOUNDATIONS):
+        for f in sorted(sub.rglob("*")):
+            name = f.relative_to(root).as_posix()
+            if f.is_file() and f.suffix not in (".md", ".pyc") and name not in _REPORT_ONLY:
+                out[name] = hashlib.sha256(f.read_bytes()).hexdigest()[:16]
+    for table, _ in PACK_DATA:  # a table the pack does not have is the shipped one (pack_data.py)
+        name = f"data/{table}.csv"
+        if name not in out and name not in _REPORT_ONLY:
+            out[name] = hashlib.sha256((DATA_DIR / f"{table}.csv").read_bytes()).hexdigest()[:16]
+    defs = {name: [rule_id, d.model_dump(mode="json")] for name, (rule_id, d) in pack.symptom_defs.items()}
+    out["symptom definitions"] = _digest(defs)
+    return out
+
+
+def _choice(pack: Pack) -> str:
+    return _digest([pack.precedence, pack.no_verdict.model_dump(mode="json")])
+
+
+@dataclass
+class PackDiff:
+    rules: dict[str, str] = field(default_factory=dict)  # rule id -> added | removed | changed
+    phases: dict[str, str] = field(default_factory=dict)  # rule id -> its phase (in either pack)
+    outputs: dict[str, str] = field(default_factory=dict)  # rule id -> its output kind (in either pack)
+    foundations: list[str] = field(default_factory=list)  # data files, modules, definitions that differ
+    choice: bool = False  # the precedence or the fallback verdict differs
+
+    @property
+    def same(self) -> bool:
+        return not (self.rules or self.foundations or self.choice)
+
+    @property
+    def first_phase(self) -> str | None:
+        """The first phase a run of the two packs can part in; None: they decide alike."""
+        if self.foundations:
+            return "extract"
+        phases = [self.phases[r] for r in self.rules] + (["final"] if self.choice else [])
+        return min(phases, key=PHASES.index) if phases else None
+
+    def describe(self) -> list[str]:
+        out = [f"rule {r} {how}" for r, how in sorted(self.rules.items())]
+        out += [f"{f} changed" for f in self.foundations]
+        return out + (["the precedence or the no_verdict changed"] if self.choice else [])
+
+
+def diff(shipped: Pack, candidate: Pack) -> PackDiff:
+    old = {r.id: r for r in shipped.rules}
+    new = {r.id: r for r in candidate.rules}
+    d = PackDiff()
+    for rid in sorted(old.keys() | new.keys()):
+        a, b = old.get(rid), new.get(rid)
+        if a is None or b is None or rule_digest(a) != rule_digest(b):
+            d.rules[rid] = "added" if a is None else "removed" if b is None else "changed"
+            d.phases[rid] = min((r.phase for r in (a, b) if r), key=PHASES.index)
+            d.outputs[rid] = (b or a).output  # type: ignore[union-attr]  # one of them is a rule
+    fa, fb = foundations(shipped), foundations(candidate)
+    d.foundations = sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
+    d.choice = _choice(shipped) != _choice(candidate)
+    return d
+
+
+def prefix_digest(pack: Pack, phase: str, settings: dict[str, Any]) -> str:
+    """What the events at the start of `phase` depend on: the settings, the foundations and the
+    rules of the phases before it. Equal digests: equal events, on the same evidence."""
+    before = PHASES[: PHASES.index(phase)]
+    rules = [[r.id, rule_digest(r)] for p in before for r in pack.by_phase(p)]
+    return _digest([settings, foundations(pack), rules])

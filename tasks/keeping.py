@@ -1,0 +1,37 @@
+"""What publishing a diagnosis keeps besides the diagnosis itself: its blamed subjects' history
+from the warehouse (tasks/memory.py) and its evidence in the archive (tasks/archiving.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from workload_attribution.contracts.models import Diagnosis
+from workload_attribution.rules.engine import Settings
+from workload_attribution.rules.pack import Pack
+from workload_attribution.tasks.archiving import archive_attempt
+from workload_attribution.tasks.memory import MemoryPolicy, remember
+from workload_attribution.warehouse.archive import Outcome
+from workload_attribution.warehouse.store import Warehouse
+
+
+@dataclass
+class Keeping:
+    archive: str | None = None  # the archive's location; None: nothing archived
+    archive_max_bytes: int = 256 * 2**20
+    memory: MemoryPolicy = field(default_factory=MemoryPolicy)
+    pack: Pack | None = None  # the pack and settings the diagnosis was made with (the archive's manifest)
+    settings: Settings = field(default_factory=Settings)
+
+
+def keep(d: Diagnosis, wh: Warehouse, topology: list[tuple] | None, staging: str | None, keeping: Keeping) -> Diagnosis:
+    """The diagnosis with its history (the action escalated when it calls for it), its evidence
+    archived (or a note saying why not); the archive keeps the rules' own verdict."""
+    outcome = Outcome.of(d)
+    d = remember(d, wh, topology, keeping.memory)
+    if staging and keeping.archive and keeping.pack is not None:
+        note = archive_attempt(
+            staging, d, outcome, keeping.archive, keeping.pack, keeping.settings, keeping.archive_max_bytes
+        )
+        if note:
+            d.notes.append(note)
+    return d

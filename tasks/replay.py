@@ -1,0 +1,216 @@
+"""Archived attempts replayed under two rules packs, the shipped one and a candidate: no collection,
+no writes (in-memory staging databases only), the verdict of each pack compared.
+
+A replay does only the work the two packs can differ in (rules/diff.py):
+
+- it starts at the first phase where the packs part, from the events as they stood then (the
+  archive kept them, for the pack that diagnosed the attempt: used when that pack agrees with the
+  shipped one up to there), else from the evidence;
+- when the packs differ only in rules that do not see each other's output (extract rules, or
+  final-phase verdicts rules) and in nothing the others read, the differing rules alone run, old
+  and new on the same state: the same output means the same diagnosis, and nothing more runs;
+- the shipped pack's verdict is the archived one when the archive was made by the same pack with
+  the same settings (the rules are deterministic); else it is replayed too.
+
+Each pack has one staging database, prepared once and reused attempt after attempt (cleared,
+loaded, run): a new database and its preparation cost more than most replays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workload_attribution.contracts.errors import first_line
+from workload_attribution.rules import report
+from workload_attribution.rules.diff import PackDiff, diff, prefix_digest
+from workload_attribution.rules.engine import RunResult, Settings, prepare, run_phases, run_rule
+from workload_attribution.rules.pack import Pack, Rule
+from workload_attribution.staging.database import connect, new_staging_path, open_staging, release_staging
+from workload_attribution.staging.snapshot import EVIDENCE_TABLES, load
+from workload_attribution.tasks.steps import record_coverage
+from workload_attribution.warehouse.archive import Manifest, Outcome, settings_dict
+
+# What a replay clears between attempts: the evidence and what the rules made of it.
+ATTEMPT_TABLES = (*EVIDENCE_TABLES, "raw_lines", "events", "verdicts", "verdict", "coverage")
+
+
+class PackDatabase:
+    """A staging database prepared for one pack (its data, settings and symptom definitions),
+    reused for attempt after attempt."""
+
+    def __init__(self, pack: Pack, settings: Settings):
+        self.pack, self.settings = pack, settings
+        self.path = new_staging_path()
+        open_staging(self.path)
+        self.con = connect(self.path)
+        self.con.execute("SET threads = 1")  # replays run side by side in processes, one core each
+        prepare(self.con, pack, settings)
+
+    def close(self) -> None:
+        self.con.close()
+        release_staging(self.path)
+
+    def load(self, manifest: Manifest, evidence: list[bytes], start: str) -> None:
+        """Clear the last attempt; load this one's evidence and coverage, and its events as
+        `start` began (from the archive) unless it starts at extract."""
+        for table in ATTEMPT_TABLES:
+            self.con.execute(f"DELETE FROM {table}")
+        load(self.con, evidence)
+        record_coverage(self.con, manifest.coverage)
+        if start != "extract":
+            load(self.con, manifest.checkpoints[start].events.encode().splitlines(), into="events")
+        last = self.con.execute("SELECT coalesce(max(event_id), 0) + 1 FROM events").fetchone()
+        self.con.execute(f"DROP SEQUENCE IF EXISTS event_seq; CREATE SEQUENCE event_seq START {last[0] if last else 1}")
+
+    def diagnose(self, manifest: Manifest, start: str) -> Outcome:
+        """The phases from `start` on, over what `load` left: the verdict."""
+        result = run_phases(self.con, self.pack, self.settings, prepared=True, start=start)
+        d = report.build(self.con, manifest.attempt, manifest.coverage, result, self.pack.version, [])
+        return Outcome.of(d)
+
+    def output_of(self, rule: Rule | None, pack: Pack) -> list[tuple[Any, ...]]:
+        """What one rule (of `pack`: its Python modules) adds over the loaded state, events or
+        verdicts, removed again after."""
+        if rule is None:
+            return []
+        table = "events" if rule.output == "events" else "verdicts"
+        run_rule(self.con, pack, rule, self.settings, RunResult())
+        cols = "* EXCLUDE (event_id)" if table == "events" else "*"
+        rows = self.con.execute(f"SELECT {cols} FROM {table} WHERE rule_id = ?", [rule.id]).fetchall()
+        self.con.execute(f"DELETE FROM {table} WHERE rule_id = ?", [rule.id])
+        return sorted(rows, key=repr)
+
+
+@dataclass
+class Replayed:
+    old: Outcome | None = None
+    new: Outcome | None = None
+    how: str = ""  # what it took: alike, screened, replayed from <phase>
+    error: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.old is not None and self.new is not None and not self.old.decides_as(self.new)
+
+
+class Replayer:
+    """Replays attempts under the shipped pack and a candidate."""
+
+    def __init__(self, shipped: Pack, candidate: Pack, settings: Settings):
+        self.shipped, self.candidate, self.settings = shipped, candidate, settings
+        self.diff: PackDiff = diff(shipped, candidate)
+        self.given = settings_dict(settings)
+        self.prefixes = {p: prefix_digest(shipped, p, self.given) for p in ("early", "final")}
+        self.screen = screen_phase(self.diff, shipped, candidate)
+        self.old_db = PackDatabase(shipped, settings)
+        self.new_db = PackDatabase(candidate, settings)
+        self._new_loaded = False
+        self.old_rules = {r.id: r for r in shipped.rules}
+        self.new_rules = {r.id: r for r in candidate.rules}
+        self.redefined = {r for r in self.diff.rules if _definitions(shipped, r) != _definitions(candidate, r)}
+
+    def close(self) -> None:
+        self.old_db.close()
+        self.new_db.close()
+
+    def start_of(self, manifest: Manifest) -> str:
+        """Where this attempt's replay starts: the first phase the packs part in, when the archive
+        kept the events as it began for a pack that agrees with the shipped one up to there."""
+        phase = self.diff.first_phase or "extract"
+        if phase == "report":
+            phase = "final"
+        kept = manifest.checkpoints.get(phase)
+        return phase if kept is not None and kept.prefix == self.prefixes.get(phase) else "extract"
+
+    def replay(self, manifest: Manifest, evidence: bytes) -> Replayed:
+        try:
+            return self._replay(manifest, evidence.splitlines())
+        except Exception as exc:  # one attempt that cannot be replayed never stops the others
+            return Replayed(error=f"{type(exc).__name__}: {first_line(exc)[:300]}")
+
+    def _replay(self, manifest: Manifest, lines: list[bytes]) -> Replayed:
+        archived = manifest.outcome if self._archived_is_shipped(manifest) else None
+        if self.diff.same:
+            return Replayed(old=archived, new=archived, how="alike")
+        start = self.start_of(manifest)
+        self.old_db.load(manifest, lines, start)
+        self._new_loaded = False
+        if self.screen == start and self._outputs_agree(manifest, lines, start):
+            return Replayed(old=archived, new=archived, how="screened")
+        old = archived or self.old_db.diagnose(manifest, start)
+        return Replayed(old=old, new=self._new(manifest, lines, start).diagnose(manifest, start), how=f"from {start}")
+
+    def _new(self, manifest: Manifest, lines: list[bytes], start: str) -> PackDatabase:
+        """The candidate's database, this attempt loaded in it."""
+        if not self._new_loaded:
+            self.new_db.load(manifest, lines, start)
+            self._new_loaded = True
+        return self.new_db
+
+    def _archived_is_shipped(self, manifest: Manifest) -> bool:
+        return manifest.rules_version == self.shipped.version and manifest.settings == self.given
+
+    def _outputs_agree(self, manifest: Manifest, lines: list[bytes], start: str) -> bool:
+        """Old and new versions of each differing rule, on the same state, add the same rows. A new
+        version whose symptoms mean the same as the old's runs beside it, in the shipped pack's
+        database; else in the candidate's (its definitions)."""
+        for rid in self.diff.rules:
+            old, new = self.old_rules.get(rid), self.new_rules.get(rid)
+            where = self.old_db if rid not in self.redefined else self._new(manifest, lines, start)
+            if self.old_db.output_of(old, self.shipped) != where.output_of(new, self.candidate):
+                return False
+        return True
+
+
+def screen_phase(d: PackDiff, shipped: Pack, candidate: Pack) -> str | None:
+    """The phase whose differing rules alone can show whether an attempt changes ("extract" or
+    "final"), or None: every differing rule's output is added beside its peers' (extract rules'
+    events, verdicts rules' verdicts; neither phase's rules see each other's), the precedence and
+    the fallback are the same, and no other rule reads what differs (a symptom's definition)."""
+    if not d.rules or d.choice or [f for f in d.foundations if f != "symptom definitions"]:
+        return None
+    kinds = {(d.phases[r], d.outputs[r]) for r in d.rules}
+    if kinds == {("extract", "events")}:
+        phase = "extract"
+    elif kinds == {("final", "verdicts")}:
+        phase = "final"
+    else:
+        return None
+    if d.foundations and not _definitions_local(d, shipped, candidate):
+        return None
+    return phase
+
+
+def _definitions_local(d: PackDiff, shipped: Pack, candidate: Pack) -> bool:
+    """Each symptom whose definition differs belongs to a differing rule, and no other rule (nor a
+    Python module of the pack) names it: only the differing rules' rows can carry it."""
+    a, b = shipped.symptom_defs, candidate.symptom_defs
+    changed = {n for n in a.keys() | b.keys() if _definition(a, n) != _definition(b, n)}
+    if any((a.get(n) or b[n])[0] not in d.rules or (b.get(n) or a[n])[0] not in d.rules for n in changed):
+        return False
+    others = [(p, r) for p in (shipped, candidate) for r in p.rules if r.id not in d.rules]
+    return not any(_names(p, r, n) for p, r in others for n in changed)
+
+
+def _names(pack: Pack, rule: Rule, symptom: str) -> bool:
+    """Whether a rule's SQL, or its Python module, names the symptom as a string."""
+    if rule.sql:
+        return f"'{symptom}'" in rule.sql
+    module = (rule.python or "").partition(":")[0]
+    try:
+        text = (Path(pack.path) / "python" / f"{module}.py").read_text()
+    except OSError:
+        return True  # cannot tell: it might
+    return f"'{symptom}'" in text or f'"{symptom}"' in text
+
+
+def _definitions(pack: Pack, rule_id: str) -> dict[str, Any]:
+    """The symptoms a rule of the pack defines, as they mean."""
+    return {n: d.model_dump(mode="json") for r in pack.rules if r.id == rule_id for n, d in r.symptoms.items()}
+
+
+def _definition(defs: dict[str, Any], name: str) -> Any:
+    found = defs.get(name)
+    return None if found is None else (found[0], found[1].model_dump(mode="json"))

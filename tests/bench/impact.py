@@ -1,0 +1,145 @@
+"""How fast `attribution rules impact` replays archived attempts: attempts a minute, per kind of
+rule change, measured from the command's own start to its end (a fresh process, as CI runs it).
+
+    python -m tests.bench.impact [--attempts 2000] [--jobs 2]
+
+The archive: every bundle of tests/regression, tests/examples and tests/real diagnosed once into a
+warehouse (its evidence archived as diagnoses archive it), then each archived attempt copied
+under new attempt ids until there are --attempts (the copies share their evidence object, as
+re-diagnosed attempts do; every copy is replayed on its own). Then one candidate pack per kind of
+change, each replayed over the whole archive:
+
+  extract rule     xid-driver-report ignores XID 149 (an extract rule: its old and new output compared)
+  verdict rule     verdict-root-cause recommends `investigate` always (a final verdicts rule)
+  role rule        demote-cascade-after-root's SQL changed (a final roles rule: the final phase replayed)
+  early rule       xid-catalog-facts' SQL changed (an early rule: the early and final phases replayed)
+  data table       one row of xid_catalog.csv changed (every phase replayed, from the evidence)
+
+Target: at least 1,000 attempts a minute on this machine (2 cores). Ends with a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "rules"
+CORPORA = ("tests/regression", "tests/examples", "tests/real")
+
+
+def build_archive(warehouse: Path, attempts: int) -> int:
+    """Diagnose every bundle of the corpora into `warehouse` (archived), then copy archived
+    attempts under new ids until there are `attempts`. The number archived."""
+    bundles = sorted(str(p) for c in CORPORA for p in (ROOT / c).iterdir() if (p / "attempt.yaml").is_file())
+    subprocess.run(
+        [sys.executable, "-m", "workload_attribution", "diagnose", "--inline", "-q", "--warehouse", str(warehouse)]
+        + bundles,
+        check=False,  # a bundle the rules refuse still leaves the others archived
+        stdout=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    from workload_attribution.warehouse.archive import Archive, manifest_key
+
+    archive = Archive(str(warehouse.with_name(f"{warehouse.stem}-archive")))
+    base = [archive.read_manifest(e.key) for e in archive.entries()]
+    made = len(base)
+    for i in range(attempts - made):
+        m = base[i % len(base)].model_copy(deep=True)
+        m.attempt.job_id = f"{m.attempt.job_id}-copy{i}"
+        m.diagnosis_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{m.diagnosis_id}/{i}"))
+        import zstandard
+
+        body = zstandard.ZstdCompressor(level=6).compress(m.model_dump_json().encode())
+        archive.store.put(manifest_key(m.diagnosis_id, m.digest), body)
+        made += 1
+    return made
+
+
+def candidate(tmp: Path, kind: str) -> Path:
+    """A copy of the shipped pack with one change of `kind`."""
+    out = tmp / f"candidate-{kind.replace(' ', '-')}"
+    shutil.copytree(RULES, out, ignore=shutil.ignore_patterns("*.py", "__pycache__", "*.md", "*.sql"))
+    shutil.copytree(RULES / "python", out / "python", dirs_exist_ok=True)
+    edits = {
+        "extract rule": (
+            "extract/xid-driver-report.yaml",
+            "FROM m WHERE g['code'] != ''",
+            "FROM m WHERE g['code'] NOT IN ('', '149')",
+        ),
+        "verdict rule": (
+            "final/verdict-root-cause.yaml",
+            "CASE WHEN n_rivals > 0 THEN 'investigate' ELSE action END AS action",
+            "'investigate' AS action",
+        ),
+        "role rule": ("final/demote-cascade-after-root.yaml", "sql: |\n", "sql: |\n  -- changed for the bench\n"),
+        "early rule": ("early/xid-catalog-facts.yaml", "sql: |\n", "sql: |\n  -- changed for the bench\n"),
+        "data table": ("data/xid_catalog.csv", ",drain_and_reset_gpu", ",drain_node"),
+    }
+    path, old, new = edits[kind]
+    f = out / path
+    text = f.read_text()
+    if old not in text:
+        sys.exit(f"bench: {path} no longer holds {old!r}: update tests/bench/impact.py")
+    f.write_text(text.replace(old, new, 1))
+    return out
+
+
+def run_impact(warehouse: Path, cand: Path, jobs: int) -> dict:
+    started = time.perf_counter()
+    r = subprocess.run(
+        [sys.executable, "-m", "workload_attribution", "rules", "impact", "--candidate", str(cand)]
+        + ["--warehouse", str(warehouse), "--json", "-q", "--jobs", str(jobs)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    wall = time.perf_counter() - started
+    if r.returncode != 0:
+        sys.exit(f"bench: rules impact failed ({r.returncode}): {r.stderr[-800:]}")
+    report = json.loads(r.stdout)
+    report["wall"] = wall
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--attempts", type=int, default=2000)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument(
+        "--kinds", nargs="*", default=["extract rule", "verdict rule", "role rule", "early rule", "data table"]
+    )
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="impact-bench-") as tmp:
+        wh = Path(tmp) / "w.duckdb"
+        t = time.perf_counter()
+        n = build_archive(wh, a.attempts)
+        print(f"archive: {n} attempts ({time.perf_counter() - t:.0f} s to build)", flush=True)
+        rows = []
+        for kind in a.kinds:
+            load = os.getloadavg()[0]
+            rep = run_impact(wh, candidate(Path(tmp), kind), a.jobs)
+            per_min = rep["attempts"] / rep["wall"] * 60
+            how = ", ".join(f"{k} {v}" for k, v in sorted(rep["how"].items()))
+            rows.append((kind, rep["attempts"], len(rep["changed"]), rep["wall"], per_min, how, load))
+            print(f"{kind}: {rep['attempts']} in {rep['wall']:.1f} s = {per_min:,.0f}/min ({how})", flush=True)
+    print(
+        f"\n{n} archived attempts, {a.jobs} processes, wall time of the whole command (start-up included):\n\n"
+        "| change | attempts | changed | wall | **attempts / minute** | what the replays took | load |\n"
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: |"
+    )
+    for kind, total, changed, wall, per_min, how, load in rows:
+        print(f"| {kind} | {total:,} | {changed:,} | {wall:.1f} s | **{per_min:,.0f}** | {how} | {load:.1f} |")
+    return 0 if all(r[4] >= 1000 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

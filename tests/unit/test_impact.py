@@ -1,0 +1,158 @@
+"""`attribution rules impact`: a rules change replayed over a warehouse of archived attempts names
+exactly the attempts it flips: the same ones, with the same new verdicts, as diagnosing each
+attempt's bundle again under the changed pack."""
+
+import json
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.conftest import EXAMPLES, WORKED
+from tests.helpers import diagnose
+from workload_attribution.cli import main
+from workload_attribution.rules.pack import RULES_DIR, load_pack
+from workload_attribution.warehouse.archive import Archive, Outcome
+
+BUNDLES = sorted(p for p in EXAMPLES.iterdir() if (p / "attempt.yaml").is_file()) + [WORKED]
+
+# One change per kind of rule the replay treats differently.
+CHANGES = {
+    # an extract rule: its old and new output compared on each attempt's evidence
+    "extract": (
+        "extract/xid-driver-report.yaml",
+        "FROM m WHERE g['code'] != ''",
+        "FROM m WHERE g['code'] NOT IN ('', '48', '79')",
+    ),
+    # a verdicts rule: compared on the events as the final phase began (kept by the archive)
+    "verdict": (
+        "final/verdict-root-cause.yaml",
+        "CASE WHEN n_rivals > 0 THEN 'investigate' ELSE action END AS action",
+        "CASE WHEN n_rivals > 0 OR sub_domain = 'nvlink' THEN 'investigate' ELSE action END AS action",
+    ),
+    # an actions rule (after the verdict is chosen): the final phase replayed
+    "action": ("final/action-gpu-recovery.yaml", "THEN 'reboot_node'", "THEN 'drain_node'"),
+}
+
+
+def candidate(tmp_path, kind):
+    path, old, new = CHANGES[kind]
+    out = tmp_path / f"candidate-{kind}"
+    shutil.copytree(RULES_DIR, out, ignore=shutil.ignore_patterns("*.py", "__pycache__", "*.sql", "*.md"))
+    shutil.copytree(RULES_DIR / "python", out / "python", dirs_exist_ok=True)
+    text = (out / path).read_text()
+    assert old in text, f"{path} changed: update this test's change"
+    (out / path).write_text(text.replace(old, new, 1))
+    return out
+
+
+@pytest.fixture(scope="module")
+def archived(tmp_path_factory):
+    """The regression bundles and the worked example, diagnosed into a warehouse, archived."""
+    wh = tmp_path_factory.mktemp("impact") / "w.duckdb"
+    return wh, {b.name: diagnose(b, warehouse=wh, archive=True) for b in BUNDLES}
+
+
+def impact(capsys, wh, cand, *more):
+    code = main(["rules", "impact", "--candidate", str(cand), "--warehouse", str(wh), "--json", "-q", *more])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def flips(cand, live):
+    """What diagnosing every bundle again under the candidate changes: bundle -> new outcome."""
+    pack = load_pack(cand)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        again = dict(zip((b.name for b in BUNDLES), pool.map(lambda b: diagnose(b, pack=pack), BUNDLES)))
+    return {name: Outcome.of(d) for name, d in again.items() if not Outcome.of(d).decides_as(Outcome.of(live[name]))}
+
+
+@pytest.mark.parametrize("kind", sorted(CHANGES))
+def test_impact_names_exactly_the_attempts_a_rule_change_flips(archived, tmp_path, capsys, kind):
+    wh, live = archived
+    cand = candidate(tmp_path, kind)
+    expected = flips(cand, live)
+    assert 0 < len(expected) < len(BUNDLES), f"the {kind} change should flip some attempts, not all"
+    code, report = impact(capsys, wh, cand)
+    assert code == 0 and report["attempts"] == len(BUNDLES) and not report["failed"]
+    by_job = {live[n].attempt.job_id: n for n in live}
+    got = {by_job[c["job_id"]]: Outcome.model_validate(c["new"]) for c in report["changed"]}
+    assert got == expected
+    for c in report["changed"]:
+        assert Outcome.model_validate(c["old"]) == Outcome.of(live[by_job[c["job_id"]]])
+    assert sum(t["attempts"] for t in report["transitions"]) == len(expected)
+    assert report["differences"] == [f"rule {CHANGES[kind][0].split('/')[1].removesuffix('.yaml')} changed"]
+    assert report["unseen"] == []  # the changed rules look for the lines they looked for
+
+
+def test_a_candidate_looking_for_lines_the_archive_never_kept_says_so(archived, tmp_path, capsys):
+    """A log line is archived only when it holds a literal of the pack that staged it: a candidate
+    looking for a new literal cannot be judged on the archive alone, and the report says which."""
+    wh, _ = archived
+    out = tmp_path / "wider"
+    shutil.copytree(RULES_DIR, out, ignore=shutil.ignore_patterns("__pycache__"))
+    rule = out / "extract" / "xid-driver-report.yaml"
+    wider = '["NVRM: Xid", "NVRM: Xid (PCI", "NVRM: NVLink"]'  # one holds a shipped literal, one is new
+    rule.write_text(rule.read_text().replace('prefilter: ["NVRM: Xid"]', f"prefilter: {wider}", 1))
+    code, report = impact(capsys, wh, out)
+    assert code == 0 and report["unseen"] == ["app: NVRM: NVLink", "syslog: NVRM: NVLink"]
+    assert main(["rules", "impact", "--candidate", str(out), "--warehouse", str(wh), "--markdown", "-q"]) == 0
+    said = capsys.readouterr().out
+    assert "**Not seen**: the archive keeps only the lines the shipped pack's prefilters kept" in said
+
+
+def test_what_each_change_took(archived, tmp_path, capsys):
+    """An extract rule's change is decided on its own output for most attempts; a verdicts rule's
+    from the events the archive kept as the final phase began; an actions rule's by the final phase."""
+    wh, _ = archived
+    how = {kind: impact(capsys, wh, candidate(tmp_path, kind))[1]["how"] for kind in CHANGES}
+    assert set(how["extract"]) <= {"screened", "from extract"} and how["extract"]["screened"] > 0
+    assert set(how["verdict"]) <= {"screened", "from final"} and how["verdict"]["screened"] > 0
+    assert set(how["action"]) == {"from final"}
+
+
+def test_the_same_pack_changes_nothing_and_replays_nothing(archived, tmp_path, capsys):
+    wh, _ = archived
+    same = tmp_path / "same"
+    shutil.copytree(RULES_DIR, same, ignore=shutil.ignore_patterns("__pycache__"))
+    code, report = impact(capsys, wh, same)
+    assert (code, report["changed"], report["how"]) == (0, [], {"alike": len(BUNDLES)})
+
+
+def test_a_threshold_crossed_exits_4_and_the_markdown_is_a_review_comment(archived, tmp_path, capsys):
+    wh, _ = archived
+    cand = candidate(tmp_path, "extract")
+    code, report = impact(capsys, wh, cand, "--max-changed", "0")
+    assert code == 4 and report["changed"]
+    assert impact(capsys, wh, cand, "--max-changed-percent", "50")[0] == 0
+    assert main(["rules", "impact", "--candidate", str(cand), "--warehouse", str(wh), "--markdown", "-q"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith(f"### Rules impact: {len(report['changed'])} of {len(BUNDLES)} archived attempts change")
+    assert "| from | to | attempts | what changed |" in md and "| attempt | ended | old | new |" in md
+
+
+def test_since_and_cluster_choose_the_attempts(archived, tmp_path, capsys):
+    wh, live = archived
+    cand = candidate(tmp_path, "extract")
+    eos = sum(d.attempt.cluster == "eos" for d in live.values())
+    assert impact(capsys, wh, cand, "--cluster", "eos")[1]["attempts"] == eos
+    late = sum(d.attempt.end.isoformat() >= "2026-06-01" for d in live.values())
+    assert impact(capsys, wh, cand, "--since", "2026-06-01T00:00:00Z")[1]["attempts"] == late
+
+
+def test_bad_use_is_refused_in_one_line(archived, tmp_path, capsys):
+    wh, _ = archived
+    assert main(["rules", "impact", "--warehouse", str(wh)]) == 2
+    assert main(["rules", "impact", "--candidate", str(tmp_path / "none"), "--warehouse", str(wh)]) == 2
+    assert main(["rules", "list", "--candidate", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--candidate DIR" in err and "is an option of `rules impact` only" in err
+
+
+def test_an_attempt_archived_with_the_shipped_pack_is_not_replayed_under_it(archived):
+    """The shipped pack's verdict of an attempt it diagnosed is the archived one (the rules are
+    deterministic): every archived verdict is what the live diagnosis said."""
+    wh, live = archived
+    archive = Archive(str(wh.with_name("w-archive")))
+    for e in archive.entries():
+        m = archive.read_manifest(e.key)
+        assert m.outcome == Outcome.of(next(d for d in live.values() if d.diagnosis_id == m.diagnosis_id))
