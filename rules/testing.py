@@ -166,8 +166,11 @@ def _run_case(
 ) -> CaseResult:
     prepare(con, pack, settings)
     # the rule sees what the scan keeps: lines with one of its literals (a wrong prefilter fails here)
-    literals = rule.prefilter if rule.phase == "extract" else []
-    _load(con, case, scope, keep=(lambda source, text: any(lit in text for lit in literals)) if literals else None)
+    # (a rule reading the catalogs keeps lines by their rows' literals)
+    def keep(source: str, text: str) -> bool:
+        return any(lit in text for lit in pack.rule_literals(rule, source))
+
+    _load(con, case, scope, keep=keep if rule.phase == "extract" and (rule.prefilter or rule.catalog) else None)
     result = RunResult()
     before = scalar(con, "SELECT coalesce(max(event_id), 0) FROM events")
     if rule.output == "roles":
