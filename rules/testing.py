@@ -256,8 +256,29 @@ def _norm(value: Any) -> Any:
     return sorted(value) if isinstance(value, list) else value
 
 
+def run_catalog_cases(pack: Pack) -> list[CaseResult]:
+    """Each catalog row's test line, through the prefix grammar and the rules reading the
+    catalogs: it must give the row's symptom (a failing row is a case of its own)."""
+    from workload_attribution.rules.claims import Probe, claims
+
+    readers = [r for r in pack.rules if r.catalog]
+    if not readers or not pack.catalog:
+        return []
+    probes = [Probe(row.sources[0], row.test_line) for row in pack.catalog]
+    got = claims(pack, probes, readers)
+    out = [CaseResult(f["rule"], "catalog", False, f"rule failed: {f['error']}") for f in got.failed]
+    for row, events in zip(pack.catalog, got.events, strict=True):
+        if not any(e["symptom"] == row.symptom for e in events):
+            seen = sorted({e["symptom"] for e in events}) or "nothing"
+            out.append(CaseResult("catalog", row.id, False, f"its test_line gives {seen}, not {row.symptom}"))
+    if not out:
+        out.append(CaseResult("catalog", f"{len(pack.catalog)} rows' test lines", True))
+    return out
+
+
 def run_tests(pack: Pack, only: str | None = None) -> list[CaseResult]:
-    """Every rule's own test cases, then the pack's (`only` a rule id: that rule's; "pack": the pack's)."""
+    """Every rule's own test cases, then each catalog row's test line, then the pack's (`only` a
+    rule id: that rule's; "catalog": the rows'; "pack": the pack's)."""
     results = []
     for rule in pack.rules:
         if only and rule.id != only:
@@ -267,6 +288,8 @@ def run_tests(pack: Pack, only: str | None = None) -> list[CaseResult]:
                 results.append(run_case(pack, rule, case))
             except Exception as exc:
                 results.append(CaseResult(rule.id, case.name, False, f"{type(exc).__name__}: {exc}"))
+    if only in (None, "catalog"):
+        results += run_catalog_cases(pack)
     if only in (None, "pack"):
         for pcase in pack.tests:
             try:

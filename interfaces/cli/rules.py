@@ -1,4 +1,4 @@
-"""`attribution rules list | validate | test`: the rules pack the diagnoses use."""
+"""`attribution rules list | validate | test | catalog | graph | coverage`: the rules pack the diagnoses use."""
 
 from __future__ import annotations
 
@@ -14,16 +14,19 @@ def add(sub: Any) -> None:
     r = common.command(
         sub,
         "rules",
-        help="list, validate or test the rules pack",
+        help="list, validate or test the rules pack; its message catalogs, rule graph and test coverage",
         description=(
             "The rules pack `diagnose` uses (--rules-dir > $ATTRIBUTION_RULES_DIR > config rules_dir > the shipped "
             "pack). validate: every file, every problem, one line each (exit 2 when any); list: the rules by phase "
-            "and the precedence of verdicts; test: the test cases beside each rule (exit 1 when any fails)."
+            "and the precedence of verdicts; test: the test cases beside each rule and each catalog row's test line (exit 1 "
+            "when any fails); catalog: the message catalogs' rows (--family F); graph: which rule produces each symptom "
+            "and which rules read it; coverage: catalog rows and verdict paths no test reaches."
         ),
     )
-    r.add_argument("action", choices=["list", "validate", "test"])
+    r.add_argument("action", choices=["list", "validate", "test", "catalog", "graph", "coverage"])
     r.add_argument("--rules-dir", metavar="DIR", help="rules pack directory")
-    r.add_argument("--rule", metavar="ID", help="test only this rule")
+    r.add_argument("--rule", metavar="ID", help="test only this rule ('catalog': the catalogs' rows, 'pack': the pack's tests)")
+    r.add_argument("--family", metavar="F", help="catalog: only this family's rows (nccl, slurm, ...)")
     r.add_argument("--json", action="store_true", help="list as JSON")
     r.add_argument("-v", "--verbose", action="store_true", help="show passing test cases too")
     r.set_defaults(func=run)
@@ -50,7 +53,26 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.action == "list":
         return _list(pack, rules_dir, args.json)
+    if args.action == "catalog":
+        return _catalog(pack, args.family, args.json)
     return _test(pack, rules_dir, args.rule, args.verbose)
+
+
+def _catalog(pack: Any, family: str | None, as_json: bool) -> int:
+    from workload_attribution.rules.catalog import FAMILIES
+
+    if family and family not in FAMILIES:
+        raise BadInput(f"no catalog family {family!r} (families: {', '.join(FAMILIES)})")
+    rows = [r for r in pack.catalog if not family or r.family == family]
+    if as_json:
+        print(json.dumps([{**r.model_dump(mode="json"), "literals": list(r.literals)} for r in rows], indent=2))
+        return EXIT_OK
+    for r in rows:
+        verdict = f"{r.terminal_state}/{r.sub_domain}" if r.terminal_state else "-"
+        print(f"{r.id:48} {r.symptom:26} {r.role:14} {verdict:40} blame={r.blame:14} {'|'.join(r.sources)}")
+        print(f"    {r.match}: {r.pattern}")
+    print(f"{len(rows)} row(s)" + (f" of family {family}" if family else f" in {len({r.family for r in rows})} families"))
+    return EXIT_OK
 
 
 def _list(pack: Any, rules_dir: Any, as_json: bool) -> int:
@@ -87,7 +109,7 @@ def _test(pack: Any, rules_dir: Any, rule: str | None, verbose: bool) -> int:
     from workload_attribution.rules.pack import load_pack
     from workload_attribution.rules.testing import run_tests
 
-    if rule and rule not in {r.id for r in pack.rules} | {"pack"}:
+    if rule and rule not in {r.id for r in pack.rules} | {"pack", "catalog"}:
         raise BadInput(f"no rule {rule!r} in {rules_dir} (rules: attribution rules list)")
     results = run_tests(load_pack(rules_dir), only=rule)
     failed = [c for c in results if not c.ok]
