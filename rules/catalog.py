@@ -73,6 +73,9 @@ ROLES = ("root_candidate", "cascade", "context", "benign", "scheduler")
 BLAMES = {"host": "node", "peer": "peer", "scheduler_node": "peer", "none": "none"}
 MIN_LITERAL = 4  # a shorter literal would keep too many lines at the scan
 MAX_LITERAL = 40  # a prefix of a required literal is required too; short ones keep the scan's automaton small
+# Characters a JSON log envelope escapes (Docker's json-file writes < > & as \u003c ...): a literal
+# never holds one, so the scan, which reads lines as written, finds it in an envelope too.
+_ESCAPED = frozenset('"\\<>&')
 _RE2_UNSUPPORTED = re.compile(r"\(\?<[=!]|\(\?[=!]|\\[1-9]|\(\?P=")
 
 
@@ -176,7 +179,8 @@ def literals_of(match: str, pattern: str) -> tuple[str, ...]:
     """The literals (any of which) every match of the pattern contains, each cut at MAX_LITERAL;
     () when the pattern has none (case-insensitive, or only classes and repeats)."""
     if match == "literal":
-        return (pattern[:MAX_LITERAL],)
+        runs = [r for r in re.split(r'["\\<>&]', pattern) if r]
+        return (max(runs, key=len)[:MAX_LITERAL],) if runs else ()
     try:
         parsed = sre_parse.parse(pattern)
     except re.error:
@@ -199,11 +203,15 @@ def _required(seq: list[Any]) -> list[str] | None:
             run.clear()
 
     for op, av in seq:
-        if op is sre_c.LITERAL:
+        if op is sre_c.LITERAL and chr(av) not in _ESCAPED:
             run.append(chr(av))
         elif op is sre_c.AT:  # an anchor or \b takes no character: the run goes on
             continue
-        elif op is sre_c.SUBPATTERN and not (av[1] & re.IGNORECASE) and all(o is sre_c.LITERAL for o, _ in av[3]):
+        elif (
+            op is sre_c.SUBPATTERN
+            and not (av[1] & re.IGNORECASE)
+            and all(o is sre_c.LITERAL and chr(a) not in _ESCAPED for o, a in av[3])
+        ):
             run.extend(chr(a) for _, a in av[3])
         else:
             cut()

@@ -26,7 +26,7 @@ SCOPE = {
     "scheduler": "static",
     "job_id": "claims",
     "attempt": 0,
-    "start": "2026-01-01T00:00:00Z",
+    "start": "2026-06-01T00:00:00Z",  # year-less stamps take the year nearest to it
     "end": "2026-12-31T00:00:00Z",
     "state": "FAILED",
 }

@@ -108,10 +108,11 @@ def _stage_lines(con: duckdb.DuckDBPyConnection, m: _Matcher) -> None:
     parts = []
     if log_sources:
         # the line as written (prefix-blind: a pattern matches wherever the message sits, whatever the
-        # grammar took for a prefix), unless the grammar decoded an envelope (JSON): then its message
+        # grammar took for a prefix); a Docker json-file line's message is its `log`, decoded
         parts.append(
-            "SELECT obs_id, source, CASE WHEN contains(text, body) THEN text ELSE body END AS body FROM log_lines "
-            f"WHERE source IN ({', '.join(map(_sql_text, log_sources))})"
+            "SELECT obs_id, source, CASE WHEN starts_with(text, '{\"log\":') AND json_valid(text) "
+            "THEN rtrim(coalesce(json_extract_string(text, '$.log'), ''), chr(10) || chr(13)) ELSE text END AS body "
+            f"FROM log_lines WHERE source IN ({', '.join(map(_sql_text, log_sources))})"
         )
     if "kueue" in m.sources:
         parts.append("SELECT obs_id, source, text AS body FROM records WHERE source = 'kueue' AND text IS NOT NULL")
