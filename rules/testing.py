@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from fnmatch import fnmatchcase
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ import duckdb
 
 from workload_attribution.contracts.models import AttemptScope, Observation
 from workload_attribution.rules.engine import RunResult, Settings, prepare, run_rule
+from workload_attribution.rules.graph import produces
 from workload_attribution.rules.pack import Pack, PackTest, Rule, RuleTest
 from workload_attribution.staging.attempt import create_staging
 from workload_attribution.staging.database import connected, release_staging, rows, scalar
@@ -190,6 +192,10 @@ def _run_case(
         return CaseResult(rule.id, case.name, False, f"rule failed: {result.failed[0]['error']}")
     if rule.output == "events":
         out = rows(con, f"SELECT * FROM events WHERE event_id > {before} ORDER BY event_id")
+        declared = produces(pack, rule)
+        undeclared = sorted(s for s in {r["symptom"] for r in out} if not any(fnmatchcase(s, d) for d in declared))
+        if undeclared:
+            return CaseResult(rule.id, case.name, False, f"emits {undeclared}, which its produces: does not declare")
     elif rule.output == "verdicts":
         out = rows(con, "SELECT * FROM verdicts")
     elif rule.output == "actions":

@@ -23,6 +23,7 @@ from workload_attribution.rules.engine import (
     python_rule,
     single_select,
 )
+from workload_attribution.rules import graph
 from workload_attribution.rules.pack import Pack, RuleFileError, validate_pack
 from workload_attribution.staging.attempt import create_staging
 from workload_attribution.staging.database import connected, release_staging
@@ -99,5 +100,11 @@ def validate(rules_dir: str | Path | None) -> tuple[Pack | None, list[RuleFileEr
     pack, errors = validate_pack(rules_dir)
     if pack is None:
         return None, errors
-    errors = compile_rules(pack)
+    errors = compile_rules(pack) + graph.check(pack)[0]
     return (None, errors) if errors else (pack, [])
+
+
+def warnings(pack: Pack) -> list[str]:
+    """What does not make a pack invalid but deserves a look: producers nobody reads, two rules
+    claiming one line of the pack's tests or catalogs."""
+    return graph.check(pack)[1] + graph.duplicate_claims(pack)

@@ -49,13 +49,36 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     assert pack is not None
     if args.action == "validate":
-        print(f"rules pack {rules_dir} {pack.version}: {len(pack.rules)} rule(s) valid")
+        from workload_attribution.rules.validation import warnings
+
+        for w in warnings(pack):
+            print(f"WARN {w}")
+        print(f"rules pack {rules_dir} {pack.version}: {len(pack.rules)} rule(s), {len(pack.catalog)} catalog row(s) valid")
         return EXIT_OK
+    if args.action == "graph":
+        return _graph(pack, args.json)
     if args.action == "list":
         return _list(pack, rules_dir, args.json)
     if args.action == "catalog":
         return _catalog(pack, args.family, args.json)
     return _test(pack, rules_dir, args.rule, args.verbose)
+
+
+def _graph(pack: Any, as_json: bool) -> int:
+    from workload_attribution.rules.graph import lineage
+
+    rows = lineage(pack)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    for r in rows:
+        kinds = f" kinds: {', '.join(r['kinds'][:6])}{' ...' if len(r['kinds']) > 6 else ''}" if r["kinds"] else ""
+        print(f"{r['symptom']} ({r['role']}){kinds}")
+        print(f"    produced by {', '.join(r['produced_by'])}")
+        read = [*r["read_by_name"], *(f"{len(r['read_by_role'])} rule(s) by its role" for _ in r["read_by_role"][:1])]
+        print(f"    read by {', '.join(read) or 'no rule but those reading every event'}")
+    print(f"{len(rows)} symptom(s)")
+    return EXIT_OK
 
 
 def _catalog(pack: Any, family: str | None, as_json: bool) -> int:
