@@ -44,6 +44,7 @@ class CaseResult:
     case: str
     ok: bool
     message: str = ""
+    verdict: str = ""  # a pack case: the verdicts rule whose verdict the diagnosis took (rules coverage)
 
 
 def _scope(case: RuleTest | PackTest) -> AttemptScope:
@@ -240,6 +241,7 @@ def run_pack_case(pack: Pack, case: PackTest, settings: Settings | None = None) 
                     [c.source, c.status.value, scope.nodes if c.status.value == "ok" else []],
                 )
             result = run_phases(con, pack, settings, prepared=True)
+            chosen = con.execute("SELECT rule_id FROM verdict").fetchone()
             d = report.build(con, scope, coverage, result, pack.version, [])
     finally:
         release_staging(staging)
@@ -252,10 +254,9 @@ def run_pack_case(pack: Pack, case: PackTest, settings: Settings | None = None) 
     }
     wrong = {k: (v, got.get(k)) for k, v in case.expect.items() if k not in got or _norm(got[k]) != _norm(v)}
     if wrong:
-        return CaseResult(
-            "pack", case.name, False, "; ".join(f"{k}: expected {e!r}, got {g!r}" for k, (e, g) in wrong.items())
-        )
-    return CaseResult("pack", case.name, True)
+        why = "; ".join(f"{k}: expected {e!r}, got {g!r}" for k, (e, g) in wrong.items())
+        return CaseResult("pack", case.name, False, why, verdict=chosen[0] if chosen else "")
+    return CaseResult("pack", case.name, True, verdict=chosen[0] if chosen else "")
 
 
 def _norm(value: Any) -> Any:

@@ -57,11 +57,30 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.action == "graph":
         return _graph(pack, args.json)
+    if args.action == "coverage":
+        return _coverage(pack, args.json)
     if args.action == "list":
         return _list(pack, rules_dir, args.json)
     if args.action == "catalog":
         return _catalog(pack, args.family, args.json)
     return _test(pack, rules_dir, args.rule, args.verbose)
+
+
+def _coverage(pack: Any, as_json: bool) -> int:
+    from dataclasses import asdict
+
+    from workload_attribution.rules.coverage import coverage
+
+    c = coverage(pack)
+    if as_json:
+        print(json.dumps(asdict(c), indent=2))
+        return EXIT_OK
+    print(f"catalog rows no test line but their own reaches: {len(c.rows_unreached)} of {c.rows}")
+    for row in c.rows_unreached:
+        print(f"    {row}")
+    print("verdict paths the pack tests take: " + ", ".join(f"{r} x{n}" for r, n in sorted(c.verdicts_taken.items())))
+    print(f"verdict paths no pack test takes: {', '.join(c.verdicts_unreached) or 'none'}")
+    return EXIT_OK
 
 
 def _graph(pack: Any, as_json: bool) -> int:
