@@ -72,7 +72,9 @@ def _stage(con: Any, probes: list[Probe], scope: AttemptScope) -> None:
     records = []
     for i, p in enumerate(probes):
         if p.source in RECORD_SOURCES:
-            records.append(Observation(source=p.source, connector="test", kind="k8s_event", text=p.text, path=f"probe/{i}"))
+            records.append(
+                Observation(source=p.source, connector="test", kind="k8s_event", text=p.text, path=f"probe/{i}")
+            )
         else:
             stage_lines(con, p.source, "test", p.node, f"probe/{i}", [Line(p.text, 1)])
     if len(records) < len(probes):

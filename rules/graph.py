@@ -78,7 +78,9 @@ def check(pack: Pack) -> tuple[list[RuleFileError], list[str]]:
     for rule in pack.rules:
         made = produces(pack, rule)
         for name in sorted(set(rule.symptoms) - set(made)):
-            errors.append(RuleFileError(rule.path, rule.id, "produces", f"defines {name} but does not say it produces it"))
+            errors.append(
+                RuleFileError(rule.path, rule.id, "produces", f"defines {name} but does not say it produces it")
+            )
         for name in sorted(n for n in made if "*" not in n and n not in defs):
             errors.append(RuleFileError(rule.path, rule.id, "produces", f"{name} is defined by no rule's symptoms"))
         errors += _check_consumes(g, rule)
@@ -98,7 +100,9 @@ def _check_consumes(g: Graph, rule: Rule) -> list[RuleFileError]:
             continue
         if name == "role":
             if kind not in ROLE_HINTS or not _meant(g, entry):
-                errors.append(RuleFileError(rule.path, rule.id, "consumes", f"{entry}: no produced symptom has role {kind!r}"))
+                errors.append(
+                    RuleFileError(rule.path, rule.id, "consumes", f"{entry}: no produced symptom has role {kind!r}")
+                )
         elif not g.names(name):
             errors.append(RuleFileError(rule.path, rule.id, "consumes", f"{name} is produced by no rule"))
         elif kind and not any(kind in g.kinds.get(n, set()) for n in g.names(name)):
@@ -118,12 +122,16 @@ def _check_sql(g: Graph, rule: Rule, made: dict[str, set[str]]) -> list[RuleFile
     for name in dict.fromkeys(named):
         if "*" in declared or any(fnmatch.fnmatchcase(name, d) or fnmatch.fnmatchcase(d, name) for d in declared):
             continue
-        errors.append(RuleFileError(rule.path, rule.id, "sql", f"names symptom {name!r}, which it neither produces nor consumes"))
+        errors.append(
+            RuleFileError(rule.path, rule.id, "sql", f"names symptom {name!r}, which it neither produces nor consumes")
+        )
     kinds = {k for m in _KINDS.finditer(sql) for k in ([m.group(1)] if m.group(1) else _QUOTED.findall(m.group(2)))}
     known = set().union(*(made.values() or [set()]))
     known |= {e.partition(":")[2] for e in rule.consumes if ":" in e and not e.startswith("role:")}
     for kind in sorted(kinds - known):
-        errors.append(RuleFileError(rule.path, rule.id, "sql", f"names kind {kind!r}, which it neither produces nor consumes"))
+        errors.append(
+            RuleFileError(rule.path, rule.id, "sql", f"names kind {kind!r}, which it neither produces nor consumes")
+        )
     return errors
 
 

@@ -389,7 +389,9 @@ def load_pack(rules_dir: str | Path | None = None, skip_broken: bool = False) ->
     )
 
 
-def _load_catalog(rules_dir: Path, rules: list[Rule], broken: list[dict[str, str]], skip_broken: bool) -> list[CatalogRow]:
+def _load_catalog(
+    rules_dir: Path, rules: list[Rule], broken: list[dict[str, str]], skip_broken: bool
+) -> list[CatalogRow]:
     """The catalogs' rows. A broken row breaks the catalog, so the rules reading it (diagnosing:
     they are left out and listed as broken, the rest of the pack decides)."""
     try:
@@ -416,7 +418,11 @@ def check_catalog(pack: Pack) -> list[RuleFileError]:
     for row in pack.catalog:
         where = f"catalog row {row.id}"
         if row.symptom not in defs:
-            errors.append(RuleFileError(folder / f"{row.family}.csv", where, "symptom", f"{row.symptom!r} is defined by no rule's symptoms"))
+            errors.append(
+                RuleFileError(
+                    folder / f"{row.family}.csv", where, "symptom", f"{row.symptom!r} is defined by no rule's symptoms"
+                )
+            )
             continue
         d = defs[row.symptom][1]
         said = (row.role, row.terminal_state, row.sub_domain)

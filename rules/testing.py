@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from fnmatch import fnmatchcase
 from dataclasses import dataclass
 from datetime import datetime
+from fnmatch import fnmatchcase
 from typing import Any
 
 import duckdb
@@ -168,6 +168,7 @@ def _run_case(
     con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, case: RuleTest, scope: AttemptScope, settings: Settings
 ) -> CaseResult:
     prepare(con, pack, settings)
+
     # the rule sees what the scan keeps: lines with one of its literals (a wrong prefilter fails here)
     # (a rule reading the catalogs keeps lines by their rows' literals)
     def keep(source: str, text: str) -> bool:

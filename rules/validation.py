@@ -15,6 +15,7 @@ import duckdb
 
 from workload_attribution.contracts.errors import first_line
 from workload_attribution.contracts.models import AttemptScope
+from workload_attribution.rules import graph
 from workload_attribution.rules.engine import (
     RuleRuntimeError,
     Settings,
@@ -23,7 +24,6 @@ from workload_attribution.rules.engine import (
     python_rule,
     single_select,
 )
-from workload_attribution.rules import graph
 from workload_attribution.rules.pack import Pack, RuleFileError, validate_pack
 from workload_attribution.staging.attempt import create_staging
 from workload_attribution.staging.database import connected, release_staging

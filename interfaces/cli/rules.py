@@ -18,14 +18,16 @@ def add(sub: Any) -> None:
         description=(
             "The rules pack `diagnose` uses (--rules-dir > $ATTRIBUTION_RULES_DIR > config rules_dir > the shipped "
             "pack). validate: every file, every problem, one line each (exit 2 when any); list: the rules by phase "
-            "and the precedence of verdicts; test: the test cases beside each rule and each catalog row's test line (exit 1 "
-            "when any fails); catalog: the message catalogs' rows (--family F); graph: which rule produces each symptom "
-            "and which rules read it; coverage: catalog rows and verdict paths no test reaches."
+            "and the precedence of verdicts; test: the test cases beside each rule and each catalog row's test line "
+            "(exit 1 when any fails); catalog: the message catalogs' rows (--family F); graph: which rule produces "
+            "each symptom and which rules read it; coverage: catalog rows and verdict paths no test reaches."
         ),
     )
     r.add_argument("action", choices=["list", "validate", "test", "catalog", "graph", "coverage"])
     r.add_argument("--rules-dir", metavar="DIR", help="rules pack directory")
-    r.add_argument("--rule", metavar="ID", help="test only this rule ('catalog': the catalogs' rows, 'pack': the pack's tests)")
+    r.add_argument(
+        "--rule", metavar="ID", help="test only this rule ('catalog': the catalogs' rows, 'pack': the pack's tests)"
+    )
     r.add_argument("--family", metavar="F", help="catalog: only this family's rows (nccl, slurm, ...)")
     r.add_argument("--json", action="store_true", help="list as JSON")
     r.add_argument("-v", "--verbose", action="store_true", help="show passing test cases too")
@@ -53,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
         for w in warnings(pack):
             print(f"WARN {w}")
-        print(f"rules pack {rules_dir} {pack.version}: {len(pack.rules)} rule(s), {len(pack.catalog)} catalog row(s) valid")
+        rows = len(pack.catalog)
+        print(f"rules pack {rules_dir} {pack.version}: {len(pack.rules)} rule(s), {rows} catalog row(s) valid")
         return EXIT_OK
     if args.action == "graph":
         return _graph(pack, args.json)
@@ -113,7 +116,9 @@ def _catalog(pack: Any, family: str | None, as_json: bool) -> int:
         verdict = f"{r.terminal_state}/{r.sub_domain}" if r.terminal_state else "-"
         print(f"{r.id:48} {r.symptom:26} {r.role:14} {verdict:40} blame={r.blame:14} {'|'.join(r.sources)}")
         print(f"    {r.match}: {r.pattern}")
-    print(f"{len(rows)} row(s)" + (f" of family {family}" if family else f" in {len({r.family for r in rows})} families"))
+    print(
+        f"{len(rows)} row(s)" + (f" of family {family}" if family else f" in {len({r.family for r in rows})} families")
+    )
     return EXIT_OK
 
 

@@ -26,8 +26,7 @@ if TYPE_CHECKING:
     from workload_attribution.rules.engine import Settings
 
 _COLUMNS = (
-    "row_no, id, family, sources, literals, regex, peer_group, symptom, role, terminal_state, sub_domain, "
-    "action, blame"
+    "row_no, id, family, sources, literals, regex, peer_group, symptom, role, terminal_state, sub_domain, action, blame"
 )
 
 
@@ -59,6 +58,9 @@ class _Matcher(NamedTuple):
         literals = set(found).union(*(self.hidden.get(f, frozenset()) for f in found))
         rows = {n for lit in literals for n in self.by_literal.get(lit, ())}
         return sorted(n for n in rows if source in self.rows[n].sources)
+
+
+_PAIRS = json.dumps([{"source": "VARCHAR", "found": "VARCHAR[]", "row_no": "INTEGER"}])
 
 
 def _sql_text(s: str) -> str:
@@ -137,7 +139,9 @@ def _matches(con: duckdb.DuckDBPyConnection, m: _Matcher) -> list[tuple[int, int
     peers = [n for n in wanted if m.rows[n].peer_group]
     peer = (
         "CASE c.row_no "
-        + " ".join(f"WHEN {n} THEN regexp_extract(l.body, {_sql_text(m.rows[n].regex)}, {m.rows[n].peer_group})" for n in peers)
+        + " ".join(
+            f"WHEN {n} THEN regexp_extract(l.body, {_sql_text(m.rows[n].regex)}, {m.rows[n].peer_group})" for n in peers
+        )
         + " END"
         if peers
         else "NULL"
@@ -145,19 +149,21 @@ def _matches(con: duckdb.DuckDBPyConnection, m: _Matcher) -> list[tuple[int, int
     return con.execute(
         f"""SELECT l.obs_id, c.row_no, nullif({peer}, '') AS peer
             FROM catalog_lines l
-            JOIN (SELECT unnest(from_json($p::JSON, '[{{"source": "VARCHAR", "found": "VARCHAR[]", "row_no": "INTEGER"}}]'),
-                                recursive := true)) c
+            JOIN (SELECT unnest(from_json($p::JSON, $shape), recursive := true)) c
               ON c.source = l.source AND c.found = l.found
             WHERE CASE c.row_no {check} END
             ORDER BY l.obs_id, c.row_no""",
-        {"p": json.dumps(pairs)},
+        {"p": json.dumps(pairs), "shape": _PAIRS},
     ).fetchall()
 
 
+def _row(values: tuple[Any, ...]) -> _Row:
+    fields: list[Any] = [tuple(v) if isinstance(v, list) else v for v in values]
+    return _Row(*fields)
+
+
 def match(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, Any]]:
-    rows = tuple(_Row(*(tuple(v) if isinstance(v, list) else v for v in r)) for r in con.execute(
-        f"SELECT {_COLUMNS} FROM catalog ORDER BY row_no"
-    ).fetchall())
+    rows = tuple(_row(r) for r in con.execute(f"SELECT {_COLUMNS} FROM catalog ORDER BY row_no").fetchall())
     if not rows:
         return []
     m = _matcher(rows)

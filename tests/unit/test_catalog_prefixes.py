@@ -40,11 +40,30 @@ class Prefix:
 
 
 PREFIXES = [
-    Prefix("tensorflow/absl", lambda s, t: f"{t:%Y-%m-%d %H:%M:%S.%f}: E tensorflow/core/framework/op_kernel.cc:1828] {s}", True),
+    Prefix(
+        "tensorflow/absl",
+        lambda s, t: f"{t:%Y-%m-%d %H:%M:%S.%f}: E tensorflow/core/framework/op_kernel.cc:1828] {s}",
+        True,
+    ),
     Prefix("glog", lambda s, t: f"E{t:%m%d %H:%M:%S.%f} 2361 coordination_service_agent.cc:745] {s}", True),
-    Prefix("mmengine", lambda s, t: f"{t:%m/%d %H:%M:%S} - mmengine - ERROR - {s}", True, lambda t: t.replace(microsecond=0)),
-    Prefix("metaflow", lambda s, t: f"{t:%Y-%m-%d %H:%M:%S.%f}"[:-3] + f" [1646/train/7 (pid 12345)] {s}", True, lambda t: t.replace(microsecond=t.microsecond // 1000 * 1000)),
-    Prefix("python logging", lambda s, t: f"{t:%Y-%m-%d %H:%M:%S},417 - trainer - ERROR - {s}", True, lambda t: t.replace(microsecond=417000)),
+    Prefix(
+        "mmengine",
+        lambda s, t: f"{t:%m/%d %H:%M:%S} - mmengine - ERROR - {s}",
+        True,
+        lambda t: t.replace(microsecond=0),
+    ),
+    Prefix(
+        "metaflow",
+        lambda s, t: f"{t:%Y-%m-%d %H:%M:%S.%f}"[:-3] + f" [1646/train/7 (pid 12345)] {s}",
+        True,
+        lambda t: t.replace(microsecond=t.microsecond // 1000 * 1000),
+    ),
+    Prefix(
+        "python logging",
+        lambda s, t: f"{t:%Y-%m-%d %H:%M:%S},417 - trainer - ERROR - {s}",
+        True,
+        lambda t: t.replace(microsecond=417000),
+    ),
     Prefix("ray", lambda s, t: f"(RayTrainWorker pid=2361, ip=10.0.2.15) {s}", False),
     Prefix("torchrun rank", lambda s, t: f"[rank3]:{s}", False),
     Prefix("torchrun tee", lambda s, t: f"[default3]:{s}", False),
@@ -53,8 +72,15 @@ PREFIXES = [
     Prefix("docker json", _docker, True),
     Prefix("cri", lambda s, t: f"{_iso(t)} stderr F {s}", True),
     Prefix("kubectl timestamps", lambda s, t: f"{_iso(t)} {s}", True),
-    Prefix("syslog", lambda s, t: f"{t:%b %d %H:%M:%S} n1 python3[20311]: {s}", True, lambda t: t.replace(microsecond=0)),
-    Prefix("journald short-iso", lambda s, t: f"{t:%Y-%m-%dT%H:%M:%S}+0000 n1 kernel: {s}", True, lambda t: t.replace(microsecond=0)),
+    Prefix(
+        "syslog", lambda s, t: f"{t:%b %d %H:%M:%S} n1 python3[20311]: {s}", True, lambda t: t.replace(microsecond=0)
+    ),
+    Prefix(
+        "journald short-iso",
+        lambda s, t: f"{t:%Y-%m-%dT%H:%M:%S}+0000 n1 kernel: {s}",
+        True,
+        lambda t: t.replace(microsecond=0),
+    ),
     Prefix("rfc5424", lambda s, t: f"<30>1 {_iso(t)} n1 trainer 2361 - - {s}", True),
 ]
 T0 = datetime(2026, 11, 20, 10, 0, 1, 123456)
@@ -78,7 +104,9 @@ def _expected_time(prefix: Prefix, own: datetime | None, t: datetime) -> datetim
 def _check(pack: Pack, rows: list[CatalogRow], cases: list[tuple[CatalogRow, Prefix, str, datetime]]) -> None:
     """Each case's prefixed line kept by the scan and read as its row's bare line is."""
     bare = claims(pack, [Probe(r.sources[0], r.test_line) for r in rows], [r for r in pack.rules if r.catalog])
-    own = {r.id: next((e["time"] for e in ev if e["symptom"] == r.symptom), "missing") for r, ev in zip(rows, bare.events)}
+    own = {
+        r.id: next((e["time"] for e in ev if e["symptom"] == r.symptom), "missing") for r, ev in zip(rows, bare.events)
+    }
     got = claims(pack, [Probe(r.sources[0], text) for r, _, text, _ in cases], [r for r in pack.rules if r.catalog])
     wrong = []
     for (row, prefix, text, t), events in zip(cases, got.events, strict=True):
@@ -88,7 +116,8 @@ def _check(pack: Pack, rows: list[CatalogRow], cases: list[tuple[CatalogRow, Pre
         if not any(lit in text for lit in literals):
             wrong.append(f"{row.id} behind {prefix.name}: not kept by the scan")
         elif not hit or hit[0]["node"] != "n1" or hit[0]["time"] != expected:
-            wrong.append(f"{row.id} behind {prefix.name}: {[(e['symptom'], e['node'], e['time']) for e in events]}, want time {expected}")
+            seen = [(e["symptom"], e["node"], e["time"]) for e in events]
+            wrong.append(f"{row.id} behind {prefix.name}: {seen}, want time {expected}")
     assert not wrong, f"{len(wrong)} of {len(cases)}:\n" + "\n".join(wrong[:2000])
 
 
@@ -107,10 +136,16 @@ def test_a_prefix_changes_no_line_of_the_bare_rows(pack: Pack) -> None:
 
 # a launcher's label inside a runtime's or collector's envelope: the combinations real logs stack
 INNER = [p for p in PREFIXES if not p.timed]
-OUTER = [p for p in PREFIXES if p.timed and p.name not in ("mmengine", "python logging", "tensorflow/absl", "glog", "metaflow")]
+OUTER = [
+    p
+    for p in PREFIXES
+    if p.timed and p.name not in ("mmengine", "python logging", "tensorflow/absl", "glog", "metaflow")
+]
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(
     picks=st.lists(st.integers(min_value=0, max_value=10_000), min_size=40, max_size=40),
     outer=st.sampled_from(OUTER),
