@@ -13,7 +13,7 @@
 --   CRI stream     "stdout F " / "stderr P " that the container runtime (CRI log format) writes
 --                  after its time
 --   rank prefix    what a launcher put in front of a process's output ([rank3]:, 3: ...)
---   inner time     what the application printed (any form above)
+--   inner time     what the application printed (ISO, glog; syslog's, ctime and UCX's when relayed)
 --
 -- The outer timestamp wins over the inner one because it usually carries a zone. Forms
 -- (../shared/spec/bundle.md):
@@ -243,7 +243,7 @@ CREATE OR REPLACE MACRO parse_log_line(line, tz, ref) AS (
          p0 AS (SELECT ry, r2000,
                        CASE WHEN env IS NULL THEN raw
                             ELSE rtrim(coalesce(json_extract_string(env, '$.log'), ''), chr(10) || chr(13)) END AS s0,
-                       lt_iso_of(lt_iso_re(coalesce(json_extract_string(env, '$.time'), ''))) AS ev FROM e1),
+                       json_extract_string(env, '$.time') AS ev FROM e1),
          -- pdsh host
          p1 AS (SELECT ry, r2000, ev, s0, lt_pdsh_re(s0) AS g_pdsh FROM p0),
          p2 AS (SELECT ry, r2000, ev, substr(s0, lt_pdsh_len(g_pdsh) + 1) AS s1 FROM p1),
@@ -276,28 +276,29 @@ CREATE OR REPLACE MACRO parse_log_line(line, tz, ref) AS (
          k4 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, s4, lt_rank_of(g_r2) AS r2 FROM k3),
          k5 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, r2,
                        substr(s4, coalesce(r2['len'], 0) + 1) AS s5 FROM k4),
-         -- the application's own time, which may follow the rank prefix after a blank: any form (a
-         -- line a launcher labelled may be a syslog or ctime line it relayed, UCX's epoch seconds)
+         -- the application's own time, which may follow the rank prefix after a blank: ISO, glog, and
+         -- the forms of lines a launcher relays (syslog's, ctime, UCX's epoch seconds)
          i0 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, r2, s5, ltrim(s5) AS t5 FROM k5),
          i1 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, r2, s5, t5, lt_iso_re(t5) AS g_iiso,
                        lt_glog_re(t5) AS g_iglog, lt_rfc3164_re(t5) AS g_i3164, lt_ctime_re(t5) AS g_ictime,
-                       lt_short_full_re(t5) AS g_ifull, lt_mmdd_re(t5) AS g_immdd, lt_uptime_re(t5) AS g_iup FROM i0),
+                       lt_uptime_re(t5) AS g_iup FROM i0),
          i2 AS (SELECT ev, header_time, head, outer_ts, r1, r2, s5, t5,
-                       coalesce(lt_iso_of(g_iiso), lt_glog_of(g_iglog, ry, r2000), lt_short_full_of(g_ifull),
-                                lt_ctime_of(g_ictime), lt_rfc3164_of(g_i3164, ry, r2000),
-                                lt_mmdd_of(g_immdd, ry, r2000), lt_uptime_of(g_iup)) AS i FROM i1),
+                       coalesce(lt_iso_of(g_iiso), lt_glog_of(g_iglog, ry, r2000), lt_ctime_of(g_ictime),
+                                lt_rfc3164_of(g_i3164, ry, r2000), lt_uptime_of(g_iup)) AS i FROM i1),
          i3 AS (SELECT ev, header_time, head, outer_ts, r1, r2, lt_zoned(i['at'], i['z'], tz) AS inner_ts,
                        CASE WHEN i IS NULL THEN s5 ELSE substr(t5, i['len'] + 1) END AS rest FROM i2),
          -- times written in the text rather than in front of it, in RFC 3339: RFC 5424's header (which
          -- wins, it is the record's), else, when nothing else dated the line, a time its message states
+         -- (and the envelope's time, read here: one RFC 3339 reading for all three)
          t0 AS (SELECT ev, header_time, head, outer_ts, r1, r2, inner_ts, rest, lt_iso_re(
-                    CASE WHEN header_time IS NOT NULL AND header_time <> '-' THEN header_time
+                    CASE WHEN ev IS NOT NULL THEN ev
+                         WHEN header_time IS NOT NULL AND header_time <> '-' THEN header_time
                          WHEN header_time IS NULL AND coalesce(outer_ts, inner_ts) IS NULL THEN lt_cancelled_at_re(rest)
                          ELSE '' END) AS g_w FROM i3),
          t1 AS (SELECT ev, header_time, head, outer_ts, r1, r2, inner_ts, rest, lt_iso_of(g_w) AS w FROM t0),
          t2 AS (SELECT ev, header_time, head, outer_ts, r1, r2, inner_ts, rest,
                        lt_zoned(w['at'], w['z'], tz) AS written_ts FROM t1)
-    SELECT {'ts': CASE WHEN ev IS NOT NULL THEN lt_zoned(ev['at'], ev['z'], tz)
+    SELECT {'ts': CASE WHEN ev IS NOT NULL THEN written_ts
                        WHEN header_time IS NOT NULL THEN coalesce(written_ts, outer_ts, inner_ts)
                        ELSE coalesce(outer_ts, inner_ts, written_ts) END,
             -- PyTorch's [rankN] is the global rank whatever launched it; otherwise the outermost label
