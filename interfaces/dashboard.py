@@ -12,6 +12,7 @@ Every value is HTML-escaped; every query binds its parameters.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime
 from html import escape
 from typing import Any
@@ -76,7 +77,7 @@ def card(title: str, body: str, empty: bool = False, span: int = 1) -> str:
     return f"<div class='{cls}'><b>{escape(title)}</b><br>{'<p class=muted>no data</p>' if empty else body}</div>"
 
 
-def axis_labels(periods: list[str], x, y: float, spacing: float) -> list[str]:
+def axis_labels(periods: list[str], x: Callable[[int], float], y: float, spacing: float) -> list[str]:
     """At most 8 period labels under a time axis, none overlapping (`spacing`: one period's width),
     the date in full at the first and where the year turns."""
     step = max(1, len(periods) // 8, math.ceil(62 / max(spacing, 0.1)))

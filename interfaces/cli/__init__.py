@@ -2,7 +2,8 @@
 
 Exit codes (every command, every mode):
     0  done (diagnosed, valid, answered)
-    1  a bug, a failing rule test, an eval miss, or a backfill attempt that could not be diagnosed
+    1  a bug, a failing rule test, an eval miss, a backfill attempt that could not be diagnosed, or an
+       action undo that failed
     2  bad input or configuration: one line on stderr naming what and where
     3  a diagnosis was computed but not stored (it is still printed)
 Each command lives in its own module beside its parser (`add(subparsers)`).
@@ -16,17 +17,36 @@ import gc
 import os
 import sys
 import traceback
+from typing import Any
 
 from workload_attribution.cli import common
 from workload_attribution.cli.common import EXIT_BAD_INPUT, EXIT_BUG, EXIT_NOT_STORED, EXIT_OK
 
-COMMANDS = ("diagnose", "rules", "eval", "query", "backfill", "topology", "config", "serve", "deploy", "worker")
+COMMANDS = (
+    "diagnose",
+    "rules",
+    "eval",
+    "query",
+    "actions",
+    "backfill",
+    "topology",
+    "config",
+    "serve",
+    "deploy",
+    "worker",
+)
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_BUG", "EXIT_NOT_STORED", "EXIT_OK", "build_parser", "main"]
 
 
 class _Version(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         from workload_attribution import version
         from workload_attribution.flows.pipeline import load_rules
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workload_attribution.contracts.errors import BadInput, NotStored, SourceError, first_line
+
+if TYPE_CHECKING:  # the configuration is imported when a command reads it, not for --version
+    from workload_attribution.flows.config import Config
 
 EXIT_OK, EXIT_BUG, EXIT_BAD_INPUT, EXIT_NOT_STORED = 0, 1, 2, 3
 
@@ -85,7 +88,7 @@ class Progress:
             print(("\r\033[K" if self.tty else "") + message, file=sys.stderr, flush=True)
 
 
-def load_config(args: argparse.Namespace, **overrides: Any):
+def load_config(args: argparse.Namespace, **overrides: Any) -> Config:
     """The configuration: defaults < file (--config, $ATTRIBUTION_CONFIG, ./attribution.yaml) < environment
     (ATTRIBUTION_*) < these flags."""
     from workload_attribution.flows.config import load_config as load

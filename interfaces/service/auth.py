@@ -1,14 +1,13 @@
 """Who may call: a bearer token (requests, reads, the dashboard) or an HMAC signature (webhooks).
 
-Webhook signature: X-Attribution-Timestamp: <unix seconds>, X-Attribution-Signature:
-sha256=<hex HMAC-SHA256(secret, "<timestamp>." + body)> (hex in either case); timestamps outside
-the replay window are refused. Refusals say 401 or 403 and nothing else; the reason goes to the
-log and to /metrics.
+Webhook signature (contracts/signature.py, the scheme the action webhooks sign with too):
+X-Attribution-Timestamp: <unix seconds>, X-Attribution-Signature: sha256=<hex HMAC-SHA256(secret,
+"<timestamp>." + body)> (hex in either case); timestamps outside the replay window are refused.
+Refusals say 401 or 403 and nothing else; the reason goes to the log and to /metrics.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 import time
@@ -16,19 +15,15 @@ import time
 from fastapi import Request
 
 from workload_attribution.contracts.errors import AttributionError
+from workload_attribution.contracts.signature import sign  # the scheme: contracts/signature.py
+
+__all__ = ["AuthError", "bearer", "check_bearer", "check_signature", "sign", "token_or_cookie_ok"]
 
 
 class AuthError(AttributionError):
     def __init__(self, status: int, reason: str):
         super().__init__(reason)
         self.status, self.reason = status, reason
-
-
-def sign(secret: str, body: bytes, timestamp: int | None = None) -> dict[str, str]:
-    """The headers a sender adds (the hooks in deployments/ do the same in a few lines)."""
-    ts = str(int(time.time()) if timestamp is None else timestamp)
-    mac = hmac.new(secret.encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
-    return {"X-Attribution-Timestamp": ts, "X-Attribution-Signature": f"sha256={mac}"}
 
 
 def check_signature(secret: str | None, headers, body: bytes, window_s: float, now: float | None = None) -> None:

@@ -10,8 +10,8 @@ import duckdb
 import pytest
 
 from tests.conftest import EXAMPLES
-from workload_attribution.contracts.identity import AttemptId, Target
-from workload_attribution.flows.backfill import Attempt, backfill_inline, parse_when, plan
+from workload_attribution.contracts.identity import AttemptId, EndedAttempt, Target
+from workload_attribution.flows.backfill import backfill_inline, parse_when, plan
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
 
@@ -40,11 +40,15 @@ def test_parse_when_refuses(bad):
 
 def test_plan_sorts_done_stale_new_and_collapses_repeats():
     a, b, c = (
-        Attempt(AttemptId(cluster="eos", scheduler="slurm", job_id=str(i)), Target(cluster="eos", job_id=str(i)))
+        EndedAttempt(AttemptId(cluster="eos", scheduler="slurm", job_id=str(i)), Target(cluster="eos", job_id=str(i)))
         for i in (1, 2, 3)
     )
     p = plan([a, b, c, a], {a.key: "v2", b.key: "v1"}, "v2")
     assert p.skipped == [a] and p.todo == [(b, "stale_rules"), (c, "new")]
+    # a newer pack's diagnosis would be kept (warehouse/precedence.py): not redone by an older pack
+    p = plan([a, b, c], {a.key: "2026.12.1+aaa", b.key: "2026.11.2+bbb", c.key: "2026.12.1+ccc"}, "2026.12.1+ccc")
+    assert p.todo == [(a, "stale_rules"), (b, "stale_rules")] and p.skipped == [c]
+    assert plan([a], {a.key: "2027.1.1+ddd"}, "2026.12.1+ccc").skipped == [a]
     assert plan([a, b], {a.key: "v2"}, "v2", force=True).todo == [(a, "forced"), (b, "forced")]
 
 
