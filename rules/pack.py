@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workload_attribution.contracts.vocabulary import Action, Confidence, SubDomain, TerminalState, check_pair
+from workload_attribution.rules.catalog import CatalogError, CatalogRow, load_catalog, read_catalog
 
 # libyaml's C loader when present: the same safe subset, ~15x faster than the pure-Python one.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -95,6 +96,22 @@ class Rule(Strict):
         pattern=r"^[a-z_][a-z0-9_]*:[a-zA-Z_]\w*$",
         description="module:function, the module a file of the pack's python/ folder that pack.yaml allows",
     )
+    catalog: bool = Field(
+        default=False,
+        description="reads the message catalogs (catalogs/*.csv): its pre-filter is their rows' literals",
+    )
+    produces: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="the symptoms the rule's events carry, each with the kinds (attrs.kind) it gives them",
+    )
+    consumes: list[str] = Field(
+        default_factory=list,
+        description="what the rule reads of others' events: `symptom`, `symptom:kind`, `role:<role_hint>` or `*`",
+    )
+    overrides: list[str] = Field(
+        default_factory=list,
+        description="extract rules whose events on a line this rule also claims are dropped (specific beats generic)",
+    )
     tests: list[RuleTest] = Field(min_length=1)
     path: str = ""
 
@@ -110,8 +127,10 @@ class Rule(Strict):
         if bool(self.sql) == bool(self.python):
             raise ValueError("exactly one of 'sql' or 'python' is required")
         text_sources = {"app", "syslog", "fabricmanager", "scheduler_log"}
-        if self.phase == "extract" and set(self.sources) & text_sources and not self.prefilter:
+        if self.phase == "extract" and set(self.sources) & text_sources and not (self.prefilter or self.catalog):
             raise ValueError("extract rules reading log sources need a 'prefilter' (literal strings)")
+        if (self.catalog or self.overrides) and self.phase != "extract":
+            raise ValueError("only extract rules read the catalogs or override other rules")
         return self
 
 
@@ -162,6 +181,7 @@ class Pack(BaseModel):
     broken: list[dict[str, str]] = Field(
         default_factory=list, description="rule files left out (load_pack(skip_broken=True)): rule, error"
     )
+    catalog: list[CatalogRow] = Field(default_factory=list, description="the message catalogs' rows (catalogs/*.csv)")
 
     @property
     def symptom_defs(self) -> dict[str, tuple[str, SymptomDef]]:
@@ -172,11 +192,20 @@ class Pack(BaseModel):
         return out
 
     def prefilter(self, source: str) -> list[str]:
+        """The literals a line of the source must hold to be kept: the extract rules' own and,
+        for rules reading the catalogs, their rows'. A literal holding another adds nothing."""
         lits: set[str] = set()
         for r in self.rules:
             if r.phase == "extract" and source in r.sources:
-                lits.update(r.prefilter)
-        return sorted(lits)
+                lits.update(self.rule_literals(r, source))
+        return _minimal(lits)
+
+    def rule_literals(self, rule: Rule, source: str) -> list[str]:
+        """One extract rule's literals for a source (its tests keep lines by these)."""
+        lits = set(rule.prefilter)
+        if rule.catalog and source in rule.sources:
+            lits.update(lit for row in self.catalog if source in row.sources for lit in row.literals)
+        return _minimal(lits)
 
     def by_phase(self, phase: str) -> list[Rule]:
         """A phase's rules in run order: by `order`, which validation makes unique where order
@@ -186,6 +215,16 @@ class Pack(BaseModel):
     def rank(self, rule_id: str) -> int:
         """A verdicts rule's place in the precedence (0 wins)."""
         return self.precedence.index(rule_id) if rule_id in self.precedence else len(self.precedence)
+
+
+def _minimal(literals: set[str]) -> list[str]:
+    """The literals without those that hold a shorter one (a line holding them holds it): the
+    same lines kept, a smaller automaton for the scan."""
+    out: list[str] = []
+    for lit in sorted(literals, key=lambda x: (len(x), x)):
+        if not any(kept in lit for kept in out):
+            out.append(lit)
+    return sorted(out)
 
 
 def _field_of(err: Any) -> str:
@@ -303,6 +342,7 @@ def pack_version(rules_dir: Path, files: list[Path]) -> str:
     digest = hashlib.sha256()
     extra = [
         *(rules_dir / "data").glob("*.csv"),
+        *(rules_dir / "catalogs").glob("*.csv"),
         *(rules_dir / "python").glob("*.py"),
         *(rules_dir / "tests").glob("*.yaml"),
         rules_dir / "pack.yaml",
@@ -335,16 +375,72 @@ def load_pack(rules_dir: str | Path | None = None, skip_broken: bool = False) ->
         seen[r.id] = r.path
         rules.append(r)
     meta = pack_meta(rules_dir)
+    catalog = _load_catalog(rules_dir, rules, broken, skip_broken)
     return Pack(
         version=pack_version(rules_dir, files),
         rules=rules,
         broken=broken,
+        catalog=catalog,
         path=str(rules_dir),
         python_modules=list(meta.get("python") or []),
         precedence=list(meta.get("precedence") or []),
         no_verdict=meta["no_verdict"],
         tests=load_pack_tests(rules_dir),
     )
+
+
+def _load_catalog(
+    rules_dir: Path, rules: list[Rule], broken: list[dict[str, str]], skip_broken: bool
+) -> list[CatalogRow]:
+    """The catalogs' rows. A broken row breaks the catalog, so the rules reading it (diagnosing:
+    they are left out and listed as broken, the rest of the pack decides)."""
+    try:
+        return load_catalog(rules_dir / "catalogs")
+    except CatalogError as exc:
+        if not skip_broken:
+            raise _as_rule_error(exc) from None
+        for r in [r for r in rules if r.catalog]:
+            rules.remove(r)
+            broken.append({"rule": r.id, "error": f"not loaded: {exc}"})
+        return []
+
+
+def _as_rule_error(exc: CatalogError) -> RuleFileError:
+    return RuleFileError(exc.path, f"catalog row {exc.row or '?'}", exc.column, str(exc).split(": ", 3)[-1])
+
+
+def check_catalog(pack: Pack) -> list[RuleFileError]:
+    """Each catalog row's symptom is defined by a rule of the pack, with the same role and, as a
+    root, the same terminal_state/sub_domain (a symptom means one thing whoever finds it)."""
+    defs = pack.symptom_defs
+    errors: list[RuleFileError] = []
+    folder = Path(pack.path) / "catalogs"
+    for row in pack.catalog:
+        where = f"catalog row {row.id}"
+        if row.symptom not in defs:
+            errors.append(
+                RuleFileError(
+                    folder / f"{row.family}.csv", where, "symptom", f"{row.symptom!r} is defined by no rule's symptoms"
+                )
+            )
+            continue
+        d = defs[row.symptom][1]
+        said = (row.role, row.terminal_state, row.sub_domain)
+        meant = (d.role, d.terminal_state, d.sub_domain)
+        if said != meant:
+            errors.append(
+                RuleFileError(
+                    folder / f"{row.family}.csv",
+                    where,
+                    "role",
+                    f"{row.symptom} is {_words(meant)} ({defs[row.symptom][0]}), the row says {_words(said)}",
+                )
+            )
+    return errors
+
+
+def _words(t: tuple[Any, ...]) -> str:
+    return "/".join(str(getattr(x, "value", x) or "-") for x in t)
 
 
 def validate_pack(rules_dir: str | Path | None = None) -> tuple[Pack | None, list[RuleFileError]]:
@@ -358,13 +454,14 @@ def validate_pack(rules_dir: str | Path | None = None) -> tuple[Pack | None, lis
             rules.append(load_rule(p))
         except RuleFileError as exc:
             errors.append(exc)
+    errors += [_as_rule_error(e) for e in read_catalog(rules_dir / "catalogs")[1]]
     if errors:
         return None, errors
     try:
         pack = load_pack(rules_dir)
     except RuleFileError as exc:
         return None, [exc]
-    errors = check_pack_shape(pack)
+    errors = check_pack_shape(pack) + check_catalog(pack)
     return (None, errors) if errors else (pack, [])
 
 

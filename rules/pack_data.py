@@ -13,6 +13,9 @@ from pathlib import Path
 
 import duckdb
 
+from workload_attribution.rules.catalog import TABLE_SHAPE, table_json
+from workload_attribution.rules.pack import Pack
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 # data/<table>.csv, all VARCHAR or typed; evidence_sources is read by the report (rules/settle.py)
 PACK_DATA = (("xid_catalog", False), ("nvlink5_decode", True), ("evidence_sources", False))
@@ -27,6 +30,24 @@ def load_pack_data(con: duckdb.DuckDBPyConnection, data: Path, temp: bool = Fals
     for table, all_varchar in PACK_DATA:
         path = data / f"{table}.csv"
         _load_csv(con, table, path if path.is_file() else DATA_DIR / path.name, all_varchar=all_varchar, temp=temp)
+
+
+# pack version -> the catalog table's JSON (rows are validated and their literals derived once)
+_CATALOG_JSON: dict[str, str] = {}
+
+
+def load_catalog_table(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
+    """The pack's catalog rows (catalogs/*.csv) as the table `catalog`, which the catalog rule
+    reads: built once per pack version and process, then loaded from JSON."""
+    payload = _CATALOG_JSON.get(pack.version)
+    if payload is None:
+        payload = table_json(pack.catalog)
+        with _CSV_LOCK:
+            _CATALOG_JSON[pack.version] = payload
+    con.execute(
+        "CREATE OR REPLACE TABLE catalog AS SELECT unnest(s) FROM (SELECT unnest(from_json($p::JSON, $shape)) AS s)",
+        {"p": payload, "shape": TABLE_SHAPE},
+    )
 
 
 def read_data_ahead(con: duckdb.DuckDBPyConnection, data: Path = DATA_DIR) -> None:

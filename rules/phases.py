@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 
 from workload_attribution.rules.pack import Pack, Rule
-from workload_attribution.rules.pack_data import DATA_DIR, load_pack_data
+from workload_attribution.rules.pack_data import DATA_DIR, load_catalog_table, load_pack_data
 from workload_attribution.rules.runner import RunResult, run_rule
 from workload_attribution.rules.sandbox import Snapshots, lock_down
 from workload_attribution.rules.settings import Settings
@@ -34,6 +34,7 @@ def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> N
     locked = con.execute("SELECT current_setting('lock_configuration')").fetchone()
     if not (locked and locked[0]):  # the first time: load the pack's data, then lock the database
         load_pack_data(con, Path(pack.path) / "data" if pack.path else DATA_DIR)
+        load_catalog_table(con, pack)  # catalogs: the message catalogs' rows
         _choose_threads(con)
         lock_down(con)
     _write_symptom_defs(con, pack)
@@ -143,6 +144,7 @@ def run_phases(
         if begin("extract"):
             run(pack.by_phase("extract"))
             snapshots.drop(con)
+            drop_overridden(con, pack)  # catalogs: a specific reading of a line beats a generic one
             renumber_events(con)
         if begin("early"):
             run(pack.by_phase("early"))
@@ -156,6 +158,25 @@ def run_phases(
     finally:  # what reads the views after the rules (the report, a test) reads them live
         snapshots.drop(con)
     return result
+
+
+def drop_overridden(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
+    """An extract rule's `overrides:` — where it claims a line with a meaning (not a notice), the
+    overridden rules' events on that line are dropped: the catalogs' reading of "RESOURCE_EXHAUSTED:
+    Out of memory" is a GPU OOM, not python-exception's generic user-code exception."""
+    pairs = [(r.id, other) for r in pack.by_phase("extract") for other in r.overrides]
+    if not pairs:
+        return
+    con.execute(
+        """
+        DELETE FROM events WHERE event_id IN (
+            SELECT e.event_id FROM events e
+            JOIN (SELECT unnest($by) AS by_rule, unnest($over) AS over_rule) p ON p.over_rule = e.rule_id
+            JOIN events o ON o.obs_id = e.obs_id AND o.rule_id = p.by_rule
+            WHERE coalesce(o.role_hint, '') NOT IN ('context', 'benign', 'fact'))
+        """,
+        {"by": [a for a, _ in pairs], "over": [b for _, b in pairs]},
+    )
 
 
 def choose_verdict(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:

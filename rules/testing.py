@@ -12,12 +12,14 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from fnmatch import fnmatchcase
 from typing import Any
 
 import duckdb
 
 from workload_attribution.contracts.models import AttemptScope, Observation
 from workload_attribution.rules.engine import RunResult, Settings, prepare, run_rule
+from workload_attribution.rules.graph import produces
 from workload_attribution.rules.pack import Pack, PackTest, Rule, RuleTest
 from workload_attribution.staging.attempt import create_staging
 from workload_attribution.staging.database import connected, release_staging, rows, scalar
@@ -42,6 +44,7 @@ class CaseResult:
     case: str
     ok: bool
     message: str = ""
+    verdict: str = ""  # a pack case: the verdicts rule whose verdict the diagnosis took (rules coverage)
 
 
 def _scope(case: RuleTest | PackTest) -> AttemptScope:
@@ -165,9 +168,13 @@ def _run_case(
     con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, case: RuleTest, scope: AttemptScope, settings: Settings
 ) -> CaseResult:
     prepare(con, pack, settings)
+
     # the rule sees what the scan keeps: lines with one of its literals (a wrong prefilter fails here)
-    literals = rule.prefilter if rule.phase == "extract" else []
-    _load(con, case, scope, keep=(lambda source, text: any(lit in text for lit in literals)) if literals else None)
+    # (a rule reading the catalogs keeps lines by their rows' literals)
+    def keep(source: str, text: str) -> bool:
+        return any(lit in text for lit in pack.rule_literals(rule, source))
+
+    _load(con, case, scope, keep=keep if rule.phase == "extract" and (rule.prefilter or rule.catalog) else None)
     result = RunResult()
     before = scalar(con, "SELECT coalesce(max(event_id), 0) FROM events")
     if rule.output == "roles":
@@ -187,6 +194,10 @@ def _run_case(
         return CaseResult(rule.id, case.name, False, f"rule failed: {result.failed[0]['error']}")
     if rule.output == "events":
         out = rows(con, f"SELECT * FROM events WHERE event_id > {before} ORDER BY event_id")
+        declared = produces(pack, rule)
+        undeclared = sorted(s for s in {r["symptom"] for r in out} if not any(fnmatchcase(s, d) for d in declared))
+        if undeclared:
+            return CaseResult(rule.id, case.name, False, f"emits {undeclared}, which its produces: does not declare")
     elif rule.output == "verdicts":
         out = rows(con, "SELECT * FROM verdicts")
     elif rule.output == "actions":
@@ -231,6 +242,7 @@ def run_pack_case(pack: Pack, case: PackTest, settings: Settings | None = None) 
                     [c.source, c.status.value, scope.nodes if c.status.value == "ok" else []],
                 )
             result = run_phases(con, pack, settings, prepared=True)
+            chosen = con.execute("SELECT rule_id FROM verdict").fetchone()
             d = report.build(con, scope, coverage, result, pack.version, [])
     finally:
         release_staging(staging)
@@ -243,18 +255,38 @@ def run_pack_case(pack: Pack, case: PackTest, settings: Settings | None = None) 
     }
     wrong = {k: (v, got.get(k)) for k, v in case.expect.items() if k not in got or _norm(got[k]) != _norm(v)}
     if wrong:
-        return CaseResult(
-            "pack", case.name, False, "; ".join(f"{k}: expected {e!r}, got {g!r}" for k, (e, g) in wrong.items())
-        )
-    return CaseResult("pack", case.name, True)
+        why = "; ".join(f"{k}: expected {e!r}, got {g!r}" for k, (e, g) in wrong.items())
+        return CaseResult("pack", case.name, False, why, verdict=chosen[0] if chosen else "")
+    return CaseResult("pack", case.name, True, verdict=chosen[0] if chosen else "")
 
 
 def _norm(value: Any) -> Any:
     return sorted(value) if isinstance(value, list) else value
 
 
+def run_catalog_cases(pack: Pack) -> list[CaseResult]:
+    """Each catalog row's test line, through the prefix grammar and the rules reading the
+    catalogs: it must give the row's symptom (a failing row is a case of its own)."""
+    from workload_attribution.rules.claims import Probe, claims
+
+    readers = [r for r in pack.rules if r.catalog]
+    if not readers or not pack.catalog:
+        return []
+    probes = [Probe(row.sources[0], row.test_line) for row in pack.catalog]
+    got = claims(pack, probes, readers)
+    out = [CaseResult(f["rule"], "catalog", False, f"rule failed: {f['error']}") for f in got.failed]
+    for row, events in zip(pack.catalog, got.events, strict=True):
+        if not any(e["symptom"] == row.symptom for e in events):
+            seen = sorted({e["symptom"] for e in events}) or "nothing"
+            out.append(CaseResult("catalog", row.id, False, f"its test_line gives {seen}, not {row.symptom}"))
+    if not out:
+        out.append(CaseResult("catalog", f"{len(pack.catalog)} rows' test lines", True))
+    return out
+
+
 def run_tests(pack: Pack, only: str | None = None) -> list[CaseResult]:
-    """Every rule's own test cases, then the pack's (`only` a rule id: that rule's; "pack": the pack's)."""
+    """Every rule's own test cases, then each catalog row's test line, then the pack's (`only` a
+    rule id: that rule's; "catalog": the rows'; "pack": the pack's)."""
     results = []
     for rule in pack.rules:
         if only and rule.id != only:
@@ -264,6 +296,8 @@ def run_tests(pack: Pack, only: str | None = None) -> list[CaseResult]:
                 results.append(run_case(pack, rule, case))
             except Exception as exc:
                 results.append(CaseResult(rule.id, case.name, False, f"{type(exc).__name__}: {exc}"))
+    if only in (None, "catalog"):
+        results += run_catalog_cases(pack)
     if only in (None, "pack"):
         for pcase in pack.tests:
             try:

@@ -15,6 +15,7 @@ import duckdb
 
 from workload_attribution.contracts.errors import first_line
 from workload_attribution.contracts.models import AttemptScope
+from workload_attribution.rules import graph
 from workload_attribution.rules.engine import (
     RuleRuntimeError,
     Settings,
@@ -60,8 +61,38 @@ def compile_rules(pack: Pack) -> list[RuleFileError]:
                         python_rule(pack, rule.python)
                 except RuleRuntimeError as exc:
                     errors.append(RuleFileError(rule.path, rule.id, "sql" if rule.sql else "python", str(exc)))
+            errors += check_catalog_patterns(con, pack)
     finally:
         release_staging(staging)
+    return errors
+
+
+def check_catalog_patterns(con: duckdb.DuckDBPyConnection, pack: Pack) -> list[RuleFileError]:
+    """Each catalog row's pattern compiles in DuckDB's RE2 (the engine that runs it) and finds its
+    own test line there, the peer it blames non-empty; its literal is in the line too."""
+    errors: list[RuleFileError] = []
+    folder = Path(pack.path) / "catalogs"
+    for row in pack.catalog:
+        try:
+            found, peer = con.execute(
+                "SELECT regexp_matches($line, $re), CASE WHEN $g > 0 THEN regexp_extract($line, $re, $g) END",
+                {"line": row.test_line, "re": row.regex, "g": row.peer_group or 0},
+            ).fetchone() or (False, None)
+        except duckdb.Error as exc:
+            found, peer = None, first_line(exc)
+        why = (
+            f"RE2 (DuckDB) refuses the pattern: {peer}"
+            if found is None
+            else "the pattern does not find its own test_line in RE2 (DuckDB)"
+            if not found
+            else "the (?P<peer>...) group is empty on the test_line"
+            if row.peer_group and not peer
+            else "the test_line holds none of the row's literals"
+            if not any(lit in row.test_line for lit in row.literals)
+            else None
+        )
+        if why:
+            errors.append(RuleFileError(folder / f"{row.family}.csv", f"catalog row {row.id}", "pattern", why))
     return errors
 
 
@@ -69,5 +100,11 @@ def validate(rules_dir: str | Path | None) -> tuple[Pack | None, list[RuleFileEr
     pack, errors = validate_pack(rules_dir)
     if pack is None:
         return None, errors
-    errors = compile_rules(pack)
+    errors = compile_rules(pack) + graph.check(pack)[0]
     return (None, errors) if errors else (pack, [])
+
+
+def warnings(pack: Pack) -> list[str]:
+    """What does not make a pack invalid but deserves a look: producers nobody reads, two rules
+    claiming one line of the pack's tests or catalogs."""
+    return graph.check(pack)[1] + graph.duplicate_claims(pack)

@@ -1,14 +1,19 @@
 -- Log-line prefix grammar, as SQL macros (loaded once per staging database).
 --
---   line := [pdsh host] [syslog header] [outer timestamp] [rank prefix]{0,2} [inner timestamp] body
+--   line := [envelope] [pdsh host] [syslog header] [outer timestamp] [CRI stream] [rank prefix]{0,2}
+--           [inner timestamp] body
 --
+--   envelope       Docker's json-file log line {"log": "...\n", "stream": ..., "time": ...}: the line is
+--                  its `log`, decoded, and its `time` is the line's (a collector's time wins)
 --   pdsh host      "node03: " that pdsh / clush put in front of everything a remote host printed
 --   syslog header  RFC 5424 "<30>1 TS HOST APP PROCID MSGID [SD]", or what only classifies the
 --                  line: an RFC 3164 priority "<30>", dmesg -x "kern  :err   : "
 --   outer time     what a collector (journald, Loki export, promtail, kubectl logs --timestamps),
 --                  syslog or the kernel wrote
+--   CRI stream     "stdout F " / "stderr P " that the container runtime (CRI log format) writes
+--                  after its time
 --   rank prefix    what a launcher put in front of a process's output ([rank3]:, 3: ...)
---   inner time     what the application printed
+--   inner time     what the application printed (ISO, glog; syslog's, ctime and UCX's when relayed)
 --
 -- The outer timestamp wins over the inner one because it usually carries a zone. Forms
 -- (../shared/spec/bundle.md):
@@ -85,9 +90,10 @@ CREATE OR REPLACE MACRO lt_yearless(mo, d, h, mi, sec, ref_year, ref2000) AS
 -- ---- Outer timestamp forms -----------------------------------------------------------------------
 
 -- RFC 3339 / ISO 8601, bracketed or not (NCCL, slurmctld), with a '.' or ',' fraction (Python
--- logging, dmesg --time-format=iso) and an optional zone.
+-- logging, dmesg --time-format=iso), an optional zone, and the ':' TensorFlow's and absl's C++
+-- logging put after it ("2026-11-20 10:00:01.123456: E file.cc:42] ").
 CREATE OR REPLACE MACRO lt_iso_re(s) AS CASE WHEN lt_at(s, 5) = '-' OR lt_at(s, 6) = '-' THEN regexp_extract(s,
-    '^(\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\]?(?:\s+|$))',
+    '^(\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\]?:?(?:\s+|$))',
     ['all','y','mo','d','h','mi','s','f','z']) END;
 CREATE OR REPLACE MACRO lt_iso_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
@@ -164,6 +170,16 @@ CREATE OR REPLACE MACRO lt_glog_of(g, ref_year, ref2000) AS
                           ref_year, ref2000),
         'z': ''} END;
 
+-- mmengine / MMCV's logger: "12/20 10:05:01 - mmengine - INFO - " (month/day, no year)
+CREATE OR REPLACE MACRO lt_mmdd_re(s) AS CASE WHEN lt_at(s, 3) = '/' THEN regexp_extract(s,
+    '^((\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})\s+)', ['all','mo','d','h','mi','s']) END;
+CREATE OR REPLACE MACRO lt_mmdd_of(g, ref_year, ref2000) AS
+    CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
+        'len': length(g['all']),
+        'at': lt_yearless(lt_int(g['mo']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']), TRY_CAST(g['s'] AS DOUBLE),
+                          ref_year, ref2000),
+        'z': ''} END;
+
 -- ---- Syslog headers ------------------------------------------------------------------------------
 
 -- RFC 5424: "<PRI>1 TIMESTAMP HOSTNAME APP-NAME PROCID MSGID STRUCTURED-DATA MSG", each field "-"
@@ -200,10 +216,11 @@ CREATE OR REPLACE MACRO lt_pdsh_len(h) AS
 
 -- ---- Rank prefixes -------------------------------------------------------------------------------
 -- [rank3]: (PyTorch, the global rank) / [default3]: (torchrun --tee) / [host:3]: (torchrun with
--- host names) / [1,3]<stdout>: (Open MPI --tag-output: job, rank) / "3: ", " 3: " (srun --label).
+-- host names) / [1,3]<stdout>: (Open MPI --tag-output: job, rank) / "3: ", " 3: " (srun --label) /
+-- Ray's "(pid=2361, ip=10.0.2.15) ", "(RayTrainWorker pid=2361, ip=...) " (a worker's label, no rank).
 -- {len, rank, global: whether it is PyTorch's global rank}
-CREATE OR REPLACE MACRO lt_rank_re(s) AS CASE WHEN lt_at(s, 1) IN ('[', ' ', chr(9), chr(10), chr(12), chr(13)) OR lt_at(s, 1) BETWEEN '0' AND '9' THEN regexp_extract(s,
-    '^(\s*(?:\[(rank|default)(\d+)\]:|\[[A-Za-z0-9][A-Za-z0-9._-]*:(\d+)\]:|\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:|(\d{1,6}): ))',
+CREATE OR REPLACE MACRO lt_rank_re(s) AS CASE WHEN lt_at(s, 1) IN ('[', '(', ' ', chr(9), chr(10), chr(12), chr(13)) OR lt_at(s, 1) BETWEEN '0' AND '9' THEN regexp_extract(s,
+    '^(\s*(?:\[(rank|default)(\d+)\]:|\[[A-Za-z0-9][A-Za-z0-9._-]*:(\d+)\]:|\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:|(\d{1,6}): |\((?:[A-Za-z_][\w.]* )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\) ))',
     ['all','kw','a','b','c','d']) END;
 CREATE OR REPLACE MACRO lt_rank_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
@@ -219,53 +236,70 @@ CREATE OR REPLACE MACRO lt_cancelled_at_re(body) AS
 
 -- ---- The whole grammar: {ts, rank, body} -------------------------------------------------------
 CREATE OR REPLACE MACRO parse_log_line(line, tz, ref) AS (
-    WITH p0 AS (SELECT coalesce(line, '') AS s0, year(ref) AS ry, lt_in_2000(ref) AS r2000),
+    WITH e0 AS (SELECT coalesce(line, '') AS raw, year(ref) AS ry, lt_in_2000(ref) AS r2000),
+         -- Docker's json-file envelope: the line is its `log` (decoded), its `time` the line's
+         e1 AS (SELECT ry, r2000, raw,
+                       CASE WHEN starts_with(raw, '{"log":') AND json_valid(raw) THEN raw END AS env FROM e0),
+         p0 AS (SELECT ry, r2000,
+                       CASE WHEN env IS NULL THEN raw
+                            ELSE rtrim(coalesce(json_extract_string(env, '$.log'), ''), chr(10) || chr(13)) END AS s0,
+                       json_extract_string(env, '$.time') AS ev FROM e1),
          -- pdsh host
-         p1 AS (SELECT ry, r2000, s0, lt_pdsh_re(s0) AS g_pdsh FROM p0),
-         p2 AS (SELECT ry, r2000, substr(s0, lt_pdsh_len(g_pdsh) + 1) AS s1 FROM p1),
+         p1 AS (SELECT ry, r2000, ev, s0, lt_pdsh_re(s0) AS g_pdsh FROM p0),
+         p2 AS (SELECT ry, r2000, ev, substr(s0, lt_pdsh_len(g_pdsh) + 1) AS s1 FROM p1),
          -- syslog header: RFC 5424's (its time, read below; the body keeps host and program), or a class
-         h1 AS (SELECT ry, r2000, s1, lt_rfc5424_re(s1) AS g5, lt_class_re(s1) AS cls FROM p2),
-         h2 AS (SELECT ry, r2000, CASE WHEN g5['all'] <> '' THEN g5['ts'] END AS header_time,
+         h1 AS (SELECT ry, r2000, ev, s1, lt_rfc5424_re(s1) AS g5, lt_class_re(s1) AS cls FROM p2),
+         h2 AS (SELECT ry, r2000, ev, CASE WHEN g5['all'] <> '' THEN g5['ts'] END AS header_time,
                        CASE WHEN g5['all'] <> '' THEN lt_rfc5424_head(g5) END AS head,
                        substr(s1, CASE WHEN g5['all'] <> '' THEN length(g5['all']) ELSE length(cls) END + 1) AS s2
                 FROM h1),
          -- outer timestamp: each form's groups, then the first form that matched
-         o1 AS (SELECT ry, r2000, header_time, head, s2, lt_iso_re(s2) AS g_iso, lt_short_full_re(s2) AS g_full,
+         o1 AS (SELECT ry, r2000, ev, header_time, head, s2, lt_iso_re(s2) AS g_iso, lt_short_full_re(s2) AS g_full,
                        lt_ctime_re(s2) AS g_ctime, lt_uptime_re(s2) AS g_up, lt_fabricmanager_re(s2) AS g_fm,
-                       lt_rfc3164_re(s2) AS g_3164, lt_glog_re(s2) AS g_glog FROM h2),
-         o2 AS (SELECT ry, r2000, header_time, head, s2,
+                       lt_rfc3164_re(s2) AS g_3164, lt_glog_re(s2) AS g_glog, lt_mmdd_re(s2) AS g_mmdd FROM h2),
+         o2 AS (SELECT ry, r2000, ev, header_time, head, s2,
                        coalesce(lt_iso_of(g_iso), lt_short_full_of(g_full), lt_ctime_of(g_ctime), lt_uptime_of(g_up),
                                 lt_fabricmanager_of(g_fm), lt_rfc3164_of(g_3164, ry, r2000),
-                                lt_glog_of(g_glog, ry, r2000)) AS o
+                                lt_glog_of(g_glog, ry, r2000), lt_mmdd_of(g_mmdd, ry, r2000)) AS o
                 FROM o1),
-         o3 AS (SELECT ry, r2000, header_time, head, lt_zoned(o['at'], o['z'], tz) AS outer_ts,
-                       substr(s2, coalesce(o['len'], 0) + 1) AS s3 FROM o2),
+         o3 AS (SELECT ry, r2000, ev, header_time, head, lt_zoned(o['at'], o['z'], tz) AS outer_ts,
+                       substr(s2, coalesce(o['len'], 0) + 1) AS s2b FROM o2),
+         -- the container runtime's stream and tag (CRI log format): "stdout F ", "stderr P "
+         o4 AS (SELECT ry, r2000, ev, header_time, head, outer_ts,
+                       CASE WHEN lt_at(s2b, 1) = 's' AND regexp_matches(s2b, '^std(?:out|err) [FP](?: |$)')
+                            THEN substr(s2b, 10) ELSE s2b END AS s3 FROM o3),
          -- up to two rank prefixes: a launcher's label around a process's own (" 0: [rank0]: ...")
-         k0 AS (SELECT ry, r2000, header_time, head, outer_ts, s3, lt_rank_re(s3) AS g_r1 FROM o3),
-         k1 AS (SELECT ry, r2000, header_time, head, outer_ts, s3, lt_rank_of(g_r1) AS r1 FROM k0),
-         k2 AS (SELECT ry, r2000, header_time, head, outer_ts, r1, substr(s3, coalesce(r1['len'], 0) + 1) AS s4 FROM k1),
-         k3 AS (SELECT ry, r2000, header_time, head, outer_ts, r1, s4, lt_rank_re(s4) AS g_r2 FROM k2),
-         k4 AS (SELECT ry, r2000, header_time, head, outer_ts, r1, s4, lt_rank_of(g_r2) AS r2 FROM k3),
-         k5 AS (SELECT ry, r2000, header_time, head, outer_ts, r1, r2,
+         k0 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, s3, lt_rank_re(s3) AS g_r1 FROM o4),
+         k1 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, s3, lt_rank_of(g_r1) AS r1 FROM k0),
+         k2 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, substr(s3, coalesce(r1['len'], 0) + 1) AS s4 FROM k1),
+         k3 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, s4, lt_rank_re(s4) AS g_r2 FROM k2),
+         k4 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, s4, lt_rank_of(g_r2) AS r2 FROM k3),
+         k5 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, r2,
                        substr(s4, coalesce(r2['len'], 0) + 1) AS s5 FROM k4),
-         -- the application's own time, which may follow the rank prefix after a blank
-         i0 AS (SELECT ry, r2000, header_time, head, outer_ts, r1, r2, s5, ltrim(s5) AS t5 FROM k5),
-         i1 AS (SELECT ry, r2000, header_time, head, outer_ts, r1, r2, s5, t5, lt_iso_re(t5) AS g_iiso,
-                       lt_glog_re(t5) AS g_iglog FROM i0),
-         i2 AS (SELECT header_time, head, outer_ts, r1, r2, s5, t5,
-                       coalesce(lt_iso_of(g_iiso), lt_glog_of(g_iglog, ry, r2000)) AS i FROM i1),
-         i3 AS (SELECT header_time, head, outer_ts, r1, r2, lt_zoned(i['at'], i['z'], tz) AS inner_ts,
+         -- the application's own time, which may follow the rank prefix after a blank: ISO, glog, and
+         -- the forms of lines a launcher relays (syslog's, ctime, UCX's epoch seconds)
+         i0 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, r2, s5, ltrim(s5) AS t5 FROM k5),
+         i1 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, r2, s5, t5, lt_iso_re(t5) AS g_iiso,
+                       lt_glog_re(t5) AS g_iglog, lt_rfc3164_re(t5) AS g_i3164, lt_ctime_re(t5) AS g_ictime,
+                       lt_uptime_re(t5) AS g_iup FROM i0),
+         i2 AS (SELECT ev, header_time, head, outer_ts, r1, r2, s5, t5,
+                       coalesce(lt_iso_of(g_iiso), lt_glog_of(g_iglog, ry, r2000), lt_ctime_of(g_ictime),
+                                lt_rfc3164_of(g_i3164, ry, r2000), lt_uptime_of(g_iup)) AS i FROM i1),
+         i3 AS (SELECT ev, header_time, head, outer_ts, r1, r2, lt_zoned(i['at'], i['z'], tz) AS inner_ts,
                        CASE WHEN i IS NULL THEN s5 ELSE substr(t5, i['len'] + 1) END AS rest FROM i2),
          -- times written in the text rather than in front of it, in RFC 3339: RFC 5424's header (which
          -- wins, it is the record's), else, when nothing else dated the line, a time its message states
-         t0 AS (SELECT header_time, head, outer_ts, r1, r2, inner_ts, rest, lt_iso_re(
-                    CASE WHEN header_time IS NOT NULL AND header_time <> '-' THEN header_time
+         -- (and the envelope's time, read here: one RFC 3339 reading for all three)
+         t0 AS (SELECT ev, header_time, head, outer_ts, r1, r2, inner_ts, rest, lt_iso_re(
+                    CASE WHEN ev IS NOT NULL THEN ev
+                         WHEN header_time IS NOT NULL AND header_time <> '-' THEN header_time
                          WHEN header_time IS NULL AND coalesce(outer_ts, inner_ts) IS NULL THEN lt_cancelled_at_re(rest)
                          ELSE '' END) AS g_w FROM i3),
-         t1 AS (SELECT header_time, head, outer_ts, r1, r2, inner_ts, rest, lt_iso_of(g_w) AS w FROM t0),
-         t2 AS (SELECT header_time, head, outer_ts, r1, r2, inner_ts, rest,
+         t1 AS (SELECT ev, header_time, head, outer_ts, r1, r2, inner_ts, rest, lt_iso_of(g_w) AS w FROM t0),
+         t2 AS (SELECT ev, header_time, head, outer_ts, r1, r2, inner_ts, rest,
                        lt_zoned(w['at'], w['z'], tz) AS written_ts FROM t1)
-    SELECT {'ts': CASE WHEN header_time IS NOT NULL THEN coalesce(written_ts, outer_ts, inner_ts)
+    SELECT {'ts': CASE WHEN ev IS NOT NULL THEN written_ts
+                       WHEN header_time IS NOT NULL THEN coalesce(written_ts, outer_ts, inner_ts)
                        ELSE coalesce(outer_ts, inner_ts, written_ts) END,
             -- PyTorch's [rankN] is the global rank whatever launched it; otherwise the outermost label
             'rank': CASE WHEN r2['global'] THEN r2['rank'] ELSE coalesce(r1['rank'], r2['rank']) END,

@@ -13,9 +13,9 @@ about a GPU), to measure what each line that passes the pre-filter costs. Then, 
 page cache:
 
   cat      cat every log file > /dev/null                    (the raw read)
-  grep -F  one `grep -F -c -f` pass with the rules' pre-filter literals (what the rules look for:
-           the floor), its counts read through a pipe (on /dev/null GNU grep stops at each file's
-           first match, and would not scan the files)
+  grep -F  one `grep -F -c -f` pass with the rules' pre-filter literals and the catalogs' (what
+           the rules look for: the floor), its counts written to a file (on /dev/null GNU grep stops
+           at each file's first match, and would not scan the files)
   grep -E  the same literals as one `grep -E` alternation      (a slower floor, for comparison)
   inline   `attribution diagnose --inline --no-warehouse`     (wall and peak RSS of the process)
   phases   the same steps timed one by one in a fresh process (scope, collect, store, rules, report)
@@ -159,6 +159,12 @@ def run_timed(cmd: list[str], env: dict | None = None, stdout=subprocess.DEVNULL
     return wall, usage.ru_maxrss // 1024, out
 
 
+def grep_to_file(kind: str, patterns_file: Path, files: list[str], counts: Path, env: dict) -> tuple[float, int, str]:
+    """One `grep <kind> -c -f patterns` pass over the files, its per-file counts written to a file."""
+    with counts.open("w") as out:
+        return run_timed(["grep", kind, "-c", "-f", str(patterns_file), *files], env, out)
+
+
 def best(n: int, fn):
     runs = [fn() for _ in range(n)]
     return min(runs, key=lambda r: r[0]), runs
@@ -247,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     (tiny_wall, tiny_rss, _), _ = best(max(a.repeat, 3), lambda: run_timed(diagnose(tiny), env, None))
     print(f"tiny attempt (2 hosts, ~1k lines): --inline {tiny_wall:.2f} s wall, {tiny_rss} MiB peak RSS")
 
+    counts_file = base / "grep-counts.txt"
     rows = []
     for hosts, lines, hit_share in a.scales:
         d = base / f"h{hosts}-l{lines}-hits{hit_share * 100:g}"
@@ -262,15 +269,11 @@ def main(argv: list[str] | None = None) -> int:
         run_timed(["cat", *files], env)  # into the page cache
         load = os.getloadavg()
         (cat_s, cat_rss, _), _ = best(a.repeat, lambda files=files: run_timed(["cat", *files], env))
-        # grep's counts are read through a pipe: with its output on /dev/null GNU grep stops reading
+        # grep's counts are written to a file: with its output on /dev/null GNU grep stops reading
         # each file at its first match (grep.c, dev_null_output), and -c would time a partial scan
-        (grep_s, grep_rss, counts), _ = best(
-            a.repeat, lambda files=files: run_timed(["grep", "-F", "-c", "-f", str(lit), *files], env, None)
-        )
-        hits = sum(int(line.rpartition(":")[2]) for line in counts.split())
-        (grepe_s, _, _), _ = best(
-            a.repeat, lambda files=files: run_timed(["grep", "-E", "-c", "-f", str(pat), *files], env, None)
-        )
+        (grep_s, grep_rss, _), _ = best(a.repeat, lambda files=files: grep_to_file("-F", lit, files, counts_file, env))
+        hits = sum(int(line.rpartition(":")[2]) for line in counts_file.read_text().split())
+        (grepe_s, _, _), _ = best(a.repeat, lambda files=files: grep_to_file("-E", pat, files, counts_file, env))
         (inl_s, inl_rss, out), _ = best(a.repeat, lambda d=d: run_timed(diagnose(d), env, None))
         doc = json.loads(out)
         ok = (doc["terminal_state"], doc["sub_domain"], doc["affected_nodes"]) == (

@@ -25,6 +25,12 @@ def renamed_pack(dst):
         mapping[old] = new
         path.write_text(re.sub(r"^id: \S+$", f"id: {new}", path.read_text(), count=1, flags=re.M))
         path.rename(path.with_name(f"{new}.yaml"))
+    for path in sorted(dst.glob("*/*.yaml")):  # a rule names the rules it overrides by id
+        text = path.read_text()
+        names = re.search(r"^overrides: \[(.*)\]$", text, re.M)
+        if names:
+            renamed = ", ".join(mapping[n.strip()] for n in names.group(1).split(","))
+            path.write_text(text.replace(names.group(0), f"overrides: [{renamed}]"))
     meta = dst / "pack.yaml"
     text = meta.read_text()
     for old, new in mapping.items():

@@ -1,0 +1,192 @@
+"""The message catalogs (rules/catalogs/*.csv, the attempt's `catalog` table) matched against the
+attempt's lines and Kubernetes records in one pass of one automaton, not one regex per row.
+
+1. Every row is found by a literal it always contains (rules/catalog.py derives it from the
+   pattern; the scan kept only lines holding one). One RE2 alternation of all of them, longest
+   first, lists the literals each line holds: one DFA pass over the line.
+2. An alternation reports matches that do not overlap, so a literal starting inside another's
+   match is not listed; the rows to try on a line are those of the literals it lists and of the
+   literals that can overlap those (`_hidden`), for the line's source. Lines holding the same
+   literals share that work: it is done once per distinct set.
+3. Each candidate row's own pattern is checked on its lines with the pattern written into the
+   query, so DuckDB compiles it once, and only the rows some line may match are written.
+
+A line gives one event per symptom (the first matching row in catalog order names it).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from workload_attribution.rules.engine import Settings
+
+_COLUMNS = (
+    "row_no, id, family, sources, literals, regex, peer_group, symptom, role, terminal_state, sub_domain, action, blame"
+)
+
+
+# NamedTuples, not dataclasses: the pack loads this module by path, outside sys.modules
+class _Row(NamedTuple):
+    row_no: int
+    id: str
+    family: str
+    sources: tuple[str, ...]
+    literals: tuple[str, ...]
+    regex: str
+    peer_group: int | None
+    symptom: str
+    role: str
+    terminal_state: str | None
+    sub_domain: str | None
+    action: str
+    blame: str
+
+
+class _Matcher(NamedTuple):
+    rows: dict[int, _Row]
+    alternation: str
+    by_literal: dict[str, tuple[int, ...]]
+    hidden: dict[str, frozenset[str]]
+    sources: tuple[str, ...]
+
+    def candidates(self, source: str, found: list[str]) -> list[int]:
+        literals = set(found).union(*(self.hidden.get(f, frozenset()) for f in found))
+        rows = {n for lit in literals for n in self.by_literal.get(lit, ())}
+        return sorted(n for n in rows if source in self.rows[n].sources)
+
+
+_PAIRS = json.dumps([{"source": "VARCHAR", "found": "VARCHAR[]", "row_no": "INTEGER"}])
+
+
+def _sql_text(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _escape(literal: str) -> str:
+    return "".join("\\" + c if c in ".^$*+?()[]{}|\\" else c for c in literal)
+
+
+@lru_cache(maxsize=4)
+def _matcher(rows: tuple[_Row, ...]) -> _Matcher:
+    literals = sorted({lit for r in rows for lit in r.literals}, key=lambda s: (-len(s), s))
+    by_literal: dict[str, list[int]] = {}
+    for r in rows:
+        for lit in r.literals:
+            by_literal.setdefault(lit, []).append(r.row_no)
+    return _Matcher(
+        rows={r.row_no: r for r in rows},
+        alternation="|".join(_escape(lit) for lit in literals),
+        by_literal={k: tuple(v) for k, v in by_literal.items()},
+        hidden=_hidden(literals),
+        sources=tuple(sorted({s for r in rows for s in r.sources})),
+    )
+
+
+def _hidden(literals: list[str]) -> dict[str, frozenset[str]]:
+    """Per literal, the literals an occurrence of it can hide from a non-overlapping scan: those
+    inside it, and those starting inside it (a suffix of it is a prefix of theirs)."""
+    by_prefix: dict[str, set[str]] = {}
+    for b in literals:
+        for k in range(1, len(b)):
+            by_prefix.setdefault(b[:k], set()).add(b)
+    out: dict[str, frozenset[str]] = {}
+    for a in literals:
+        hidden = {b for k in range(1, len(a) + 1) for b in by_prefix.get(a[-k:], ())}
+        hidden |= {b for b in literals if b != a and b in a}
+        out[a] = frozenset(hidden - {a})
+    return out
+
+
+def _stage_lines(con: duckdb.DuckDBPyConnection, m: _Matcher) -> None:
+    """catalog_lines: the lines and records of the catalogs' sources holding a literal, with the
+    literals each holds."""
+    alt = _sql_text(m.alternation)
+    log_sources = [s for s in m.sources if s != "kueue"]
+    parts = []
+    if log_sources:
+        # the line as written (prefix-blind: a pattern matches wherever the message sits, whatever the
+        # grammar took for a prefix); a Docker json-file line's message is its `log`, decoded
+        parts.append(
+            "SELECT obs_id, source, CASE WHEN starts_with(text, '{\"log\":') AND json_valid(text) "
+            "THEN rtrim(coalesce(json_extract_string(text, '$.log'), ''), chr(10) || chr(13)) ELSE text END AS body "
+            f"FROM log_lines WHERE source IN ({', '.join(map(_sql_text, log_sources))})"
+        )
+    if "kueue" in m.sources:
+        parts.append("SELECT obs_id, source, text AS body FROM records WHERE source = 'kueue' AND text IS NOT NULL")
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE catalog_lines AS
+            SELECT obs_id, source, body, list_sort(list_distinct(regexp_extract_all(body, {alt}))) AS found
+            FROM ({" UNION ALL ".join(parts)}) WHERE regexp_matches(body, {alt})"""
+    )
+
+
+def _matches(con: duckdb.DuckDBPyConnection, m: _Matcher) -> list[tuple[int, int, str | None]]:
+    """(obs_id, row_no, peer) for every row whose pattern matches a staged line."""
+    pairs = [
+        {"source": source, "found": found, "row_no": n}
+        for source, found in con.execute("SELECT DISTINCT source, found FROM catalog_lines").fetchall()
+        for n in m.candidates(source, found)
+    ]
+    if not pairs:
+        return []
+    wanted = sorted({p["row_no"] for p in pairs})
+    check = " ".join(f"WHEN {n} THEN regexp_matches(l.body, {_sql_text(m.rows[n].regex)})" for n in wanted)
+    peers = [n for n in wanted if m.rows[n].peer_group]
+    peer = (
+        "CASE c.row_no "
+        + " ".join(
+            f"WHEN {n} THEN regexp_extract(l.body, {_sql_text(m.rows[n].regex)}, {m.rows[n].peer_group})" for n in peers
+        )
+        + " END"
+        if peers
+        else "NULL"
+    )
+    return con.execute(
+        f"""SELECT l.obs_id, c.row_no, nullif({peer}, '') AS peer
+            FROM catalog_lines l
+            JOIN (SELECT unnest(from_json($p::JSON, $shape), recursive := true)) c
+              ON c.source = l.source AND c.found = l.found
+            WHERE CASE c.row_no {check} END
+            ORDER BY l.obs_id, c.row_no""",
+        {"p": json.dumps(pairs), "shape": _PAIRS},
+    ).fetchall()
+
+
+def _row(values: tuple[Any, ...]) -> _Row:
+    fields: list[Any] = [tuple(v) if isinstance(v, list) else v for v in values]
+    return _Row(*fields)
+
+
+def match(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, Any]]:
+    rows = tuple(_row(r) for r in con.execute(f"SELECT {_COLUMNS} FROM catalog ORDER BY row_no").fetchall())
+    if not rows:
+        return []
+    m = _matcher(rows)
+    _stage_lines(con, m)
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[int, str]] = set()
+    for obs_id, row_no, peer in _matches(con, m):
+        r = m.rows[row_no]
+        if (obs_id, r.symptom) in seen:
+            continue
+        seen.add((obs_id, r.symptom))
+        out.append(
+            {
+                "obs_id": obs_id,
+                "symptom": r.symptom,
+                "role_hint": r.role,
+                "terminal_state": r.terminal_state,
+                "sub_domain": r.sub_domain,
+                "action": None if r.role in ("cascade", "context", "benign") else r.action,
+                "blame": r.blame,
+                "peer_node": peer,
+                "attrs": {"catalog": r.id, "family": r.family, **({"peer": peer} if peer else {})},
+            }
+        )
+    con.execute("DROP TABLE IF EXISTS catalog_lines")
+    return out
