@@ -42,7 +42,23 @@ class ServiceConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
     deployment: str = Field("attribute-attempt/attempt", description="Prefect deployment each trigger starts")
-    token_env: str = Field("ATTRIBUTION_API_TOKEN", description="env var: bearer token for /v1/attempts and reads")
+    token_env: str = Field(
+        "ATTRIBUTION_API_TOKEN", description="env var: one bearer token with every scope (admin), kept as it was"
+    )
+    tokens_env: str = Field(
+        "ATTRIBUTION_API_TOKENS",
+        description="env var: hashed tokens with their scopes, one 'NAME SCOPES HASH' per line or ';' "
+        "(attribution token create prints one)",
+    )
+    tokens_file: str | None = Field(
+        None, description="a file of the same lines, read again when it changes (rotation without a restart)"
+    )
+    session_ttl_s: float = Field(
+        12 * 3600.0, gt=0, le=30 * 86400, description="a dashboard session ends this long after sign-in"
+    )
+    sessions_file: str | None = Field(
+        None, description="where sessions live (default $XDG_STATE_HOME/workload-attribution/sessions.sqlite3)"
+    )
     webhook_secret_env: str = Field(
         "ATTRIBUTION_WEBHOOK_SECRET", description="env var: HMAC-SHA256 key of the webhooks"
     )

@@ -4,7 +4,8 @@
     /ui                   diagnoses, newest first, with filters; trend charts above the list
     /ui/diagnoses/{id}    one diagnosis: the symptoms on a timeline per host (root first, cascades
                           after), the coverage of every source, the root's evidence lines
-    /ui/login             exchange the API token for a session cookie (when a token is configured)
+    /ui/login             sign in with a token of the read scope: a session (the cookie holds its id)
+    /ui/logout            end the session
 
 Every value is HTML-escaped; every query binds its parameters.
 """
@@ -12,6 +13,7 @@ Every value is HTML-escaped; every query binds its parameters.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime
 from html import escape
 from typing import Any
@@ -76,7 +78,7 @@ def card(title: str, body: str, empty: bool = False, span: int = 1) -> str:
     return f"<div class='{cls}'><b>{escape(title)}</b><br>{'<p class=muted>no data</p>' if empty else body}</div>"
 
 
-def axis_labels(periods: list[str], x, y: float, spacing: float) -> list[str]:
+def axis_labels(periods: list[str], x: Callable[[int], float], y: float, spacing: float) -> list[str]:
     """At most 8 period labels under a time axis, none overlapping (`spacing`: one period's width),
     the date in full at the first and where the year turns."""
     step = max(1, len(periods) // 8, math.ceil(62 / max(spacing, 0.1)))
@@ -453,9 +455,21 @@ def diagnosis_page(doc: dict[str, Any], ports: list[str] | None = None) -> str:
 
 
 def login_page(failed: bool = False) -> str:
-    msg = "<p style='color:#d62728'>wrong token</p>" if failed else ""
+    msg = "<p style='color:#d62728'>not a token with the read scope</p>" if failed else ""
     return page(
         "Sign in",
         f"<h1>Sign in</h1>{msg}<form method=post action='/ui/login'>"
-        "<label>API token <input type=password name=token autofocus></label> <button>sign in</button></form>",
+        "<label>API token (read scope) <input type=password name=token autofocus></label> "
+        "<button>sign in</button></form>",
     )
+
+
+SIGN_OUT = (
+    "<form method=post action='/ui/logout' style='display:inline;float:right;margin:0'>"
+    "<button style='background:none;border:1px solid #fff;color:#fff;cursor:pointer'>sign out</button></form>"
+)
+
+
+def with_sign_out(html: str) -> str:
+    """A page seen through a session, with the button that ends it in the header."""
+    return html.replace("</header>", SIGN_OUT + "</header>", 1)

@@ -20,7 +20,19 @@ import traceback
 from workload_attribution.cli import common
 from workload_attribution.cli.common import EXIT_BAD_INPUT, EXIT_BUG, EXIT_NOT_STORED, EXIT_OK
 
-COMMANDS = ("diagnose", "rules", "eval", "query", "backfill", "topology", "config", "serve", "deploy", "worker")
+COMMANDS = (
+    "diagnose",
+    "rules",
+    "eval",
+    "query",
+    "backfill",
+    "topology",
+    "config",
+    "serve",
+    "deploy",
+    "worker",
+    "token",
+)
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_BUG", "EXIT_NOT_STORED", "EXIT_OK", "build_parser", "main"]
 

@@ -34,7 +34,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workload_attribution.contracts.errors import BadInput, NotStored, first_line
-from workload_attribution.service.auth import bearer
+from workload_attribution.service.auth import Scope, require
 
 router = APIRouter()
 CHUNK = 1 << 20
@@ -404,7 +404,7 @@ OPENAPI = {
 }
 
 
-@router.post("/v1/diagnose", dependencies=[Depends(bearer)], openapi_extra=OPENAPI)
+@router.post("/v1/diagnose", dependencies=[Depends(require(Scope.read))], openapi_extra=OPENAPI)
 async def diagnose(request: Request, store: bool = Query(False, description="also write it to the warehouse")):
     """Diagnose the posted attempt now and answer its diagnosis (the same story as `attribution
     diagnose --inline`)."""

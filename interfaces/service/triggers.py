@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 
 from workload_attribution.contracts.identity import Target, Window
 from workload_attribution.contracts.vocabulary import Scheduler
-from workload_attribution.service.auth import bearer, check_signature
+from workload_attribution.service.auth import Scope, authorize, check_signature, require
 from workload_attribution.service.intake import Unreachable
 from workload_attribution.service.payloads import (
     SUCCESS_STATES,
@@ -32,9 +32,13 @@ RETRY_AFTER_S = "10"
 
 
 async def signed_body(request: Request) -> bytes:
+    """A webhook's body, signed; or sent with a bearer token of the trigger scope instead."""
     svc = request.app.state.svc
+    if request.headers.get("authorization"):
+        authorize(request, Scope.trigger)
     body = await read_body(request, svc.cfg.service.max_body_bytes, svc.cfg.service.body_timeout_s)
-    check_signature(svc.secret, request.headers, body, svc.cfg.service.replay_window_s)
+    if not request.headers.get("authorization"):
+        check_signature(svc.secret, request.headers, body, svc.cfg.service.replay_window_s)
     return body
 
 
@@ -149,7 +153,7 @@ async def kubernetes_webhook(request: Request, body: bytes = Depends(signed_body
     status_code=202,
     response_model=Accepted,
     openapi_extra=json_body(AttemptRequest),
-    dependencies=[Depends(bearer)],
+    dependencies=[Depends(require(Scope.trigger))],
 )
 async def attempts(request: Request):
     """Diagnose an explicit attempt: a job on a configured cluster, or nodes + window."""
