@@ -33,6 +33,17 @@ class SlurmJobEvent(Strict):
     diagnose: bool = Field(False, description="diagnose even if the job completed")
 
 
+class WorkloadCondition(BaseModel):
+    """One of a Workload's status.conditions, as Kubernetes writes it (other keys kept as they are)."""
+
+    model_config = ConfigDict(extra="allow", str_max_length=4096)
+    type: str = Field(max_length=316)
+    status: str = Field(max_length=16)
+    reason: str | None = None
+    message: str | None = None
+    lastTransitionTime: str | None = Field(None, max_length=64)  # Kubernetes spells it so
+
+
 class KubernetesWorkloadEvent(Strict):
     """A Kueue Workload whose Finished or Evicted condition changed (deployments/kubernetes/forwarder.py)."""
 
@@ -41,7 +52,7 @@ class KubernetesWorkloadEvent(Strict):
     name: str = Field(pattern=f"^{K8S_NAME.pattern}$")
     uid: str | None = Field(None, pattern=r"^[0-9a-fA-F-]{1,64}$")
     attempt: int = Field(0, ge=0, le=100000, description="status.requeueState.count")
-    conditions: list[dict[str, Any]] = Field(max_length=64, description="the Workload's status.conditions")
+    conditions: list[WorkloadCondition] = Field(max_length=64, description="the Workload's status.conditions")
     diagnose: bool = False
 
 

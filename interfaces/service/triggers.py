@@ -141,7 +141,9 @@ async def kubernetes_webhook(request: Request, body: bytes = Depends(signed_body
     ev = parse(KubernetesWorkloadEvent, body)
     scheduler = _cluster(svc, ev.cluster, Scheduler.kueue, "a Kueue workload")
     target = Target(cluster=ev.cluster, job_id=f"{ev.namespace}/{ev.name}", attempt=ev.attempt, trigger="completion")
-    if ended_badly(ev.conditions) is None and not (ev.diagnose or svc.cfg.service.diagnose_completed):
+    if ended_badly([c.model_dump() for c in ev.conditions]) is None and not (
+        ev.diagnose or svc.cfg.service.diagnose_completed
+    ):
         return recorded(
             request, "kubernetes", target.attempt_id(scheduler).key, "workload did not end in failure or eviction"
         )
