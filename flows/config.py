@@ -205,6 +205,9 @@ def load_config(path: str | None = None, **overrides: Any) -> Config:
         if not Path(path).is_file():
             raise ConfigError([f"config file {path} does not exist"])
         os.environ["ATTRIBUTION_CONFIG"] = str(Path(path).resolve())
+    elif os.environ.get("ATTRIBUTION_CONFIG") and not Path(os.environ["ATTRIBUTION_CONFIG"]).is_file():
+        # named, so meant: a file that is not there is an error, as with --config (not the defaults)
+        raise ConfigError([f"config file {os.environ['ATTRIBUTION_CONFIG']} (ATTRIBUTION_CONFIG) does not exist"])
     try:
         return Config(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:

@@ -97,6 +97,8 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
         try:
             return duckdb.connect(str(path), read_only=read_only)
         except duckdb.IOException as exc:
+            if "not a valid DuckDB database" in str(exc):  # the setting names something else: say which
+                raise WarehouseConfigError(f"{path}: not a DuckDB database file (the warehouse must be one)") from None
             if "lock" not in str(exc).lower():
                 raise
             if time.monotonic() >= deadline:
