@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from workload_attribution.cli import common
-from workload_attribution.cli.common import EXIT_BAD_INPUT, EXIT_BUG, EXIT_OK, BadInput
+from workload_attribution.cli.common import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, BadInput
 
 
 def add(sub: Any) -> None:
@@ -18,7 +18,7 @@ def add(sub: Any) -> None:
         description=(
             "The rules pack `diagnose` uses (--rules-dir > $ATTRIBUTION_RULES_DIR > config rules_dir > the shipped "
             "pack). validate: every file, every problem, one line each (exit 2 when any); list: the rules by phase "
-            "and the precedence of verdicts; test: the test cases beside each rule (exit 1 when any fails)."
+            "and the precedence of verdicts; test: the test cases beside each rule (exit 4 when any fails)."
         ),
     )
     r.add_argument("action", choices=["list", "validate", "test"])
@@ -95,4 +95,4 @@ def _test(pack: Any, rules_dir: Any, rule: str | None, verbose: bool) -> int:
         if not c.ok or verbose:
             print(f"{'PASS' if c.ok else 'FAIL'} {c.rule} :: {c.case}" + (f"\n     {c.message}" if c.message else ""))
     print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
-    return EXIT_OK if not failed else EXIT_BUG
+    return EXIT_OK if not failed else EXIT_CHECKS_FAILED
