@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,11 +21,20 @@ import yaml
 from pydantic import ValidationError
 
 from workload_attribution.connectors import scheduler_records as sr
+from workload_attribution.connectors.coverage import Cover, Tally
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
-from workload_attribution.connectors.text import SQL_DIR, TextFile, scan_files
-from workload_attribution.connectors.topology import MAX_TOPOLOGY_BYTES, TopologyError, check_size, links_from_yaml
+from workload_attribution.connectors.schedulers import schedulers
+from workload_attribution.connectors.text import SQL_DIR, LogFileDetails, ScanStats, TextFile, scan_files
+from workload_attribution.connectors.topology import (
+    MAX_TOPOLOGY_BYTES,
+    Link,
+    TopologyError,
+    check_size,
+    links_from_yaml,
+)
 from workload_attribution.contracts.errors import BadInput
-from workload_attribution.contracts.models import HOST_NAME, MAX_HOST, TEXT, AttemptScope, Coverage, CoverageStatus
+from workload_attribution.contracts.models import HOST_NAME, MAX_HOST, TEXT, AttemptScope, CoverageStatus, Details
+from workload_attribution.contracts.vocabulary import Source
 from workload_attribution.staging.database import connected, one, render, scalar
 from workload_attribution.staging.files import file_kind, printable_name, read_pieces, read_regular
 from workload_attribution.staging.observations import insert_observations
@@ -37,12 +46,14 @@ CONNECTOR = "bundle"
 
 # source -> bundle directory holding per-host text logs
 TEXT_SOURCES = {
-    "app": "logs/app",
-    "syslog": "logs/syslog",
-    "fabricmanager": "logs/fabricmanager",
-    "scheduler_log": "logs/scheduler",
+    Source.app.value: "logs/app",
+    Source.syslog.value: "logs/syslog",
+    Source.fabricmanager.value: "logs/fabricmanager",
+    Source.scheduler_log.value: "logs/scheduler",
 }
-SOURCES = ("app", "syslog", "fabricmanager", "scheduler_log", "sacct", "kueue", "metrics", "topology")
+# every source but the scope (attempt.yaml): the bundle format holds each, in the vocabulary's order
+SOURCES = tuple(s.value for s in Source if s is not Source.scope)
+SACCT_FILE = "scheduler/sacct.json"
 KUEUE_FILES = ("workload.json", "pods.json", "events.json", "nodes.json")
 # Bounds on what is read whole (the logs and metrics are streamed, whatever their size).
 MAX_SCOPE_BYTES = 4 << 20  # attempt.yaml: 65,536 nodes of 60 characters fit
@@ -91,7 +102,12 @@ def _dir_problem(bundle: Path, rel_dir: str) -> str | None:
 
 
 def load_scope(bundle: Path) -> AttemptScope:
-    bundle = Path(bundle)
+    """The bundle's attempt.yaml as a scope, or BundleError naming the file, and the field at fault."""
+    spec = _scope_file(Path(bundle))
+    return _checked_scope(spec, _yaml_mapping(spec))
+
+
+def _scope_file(bundle: Path) -> Path:
     if not bundle.is_dir():
         raise BundleError(f"{bundle}: not a directory")
     spec = bundle / "attempt.yaml"
@@ -102,12 +118,14 @@ def load_scope(bundle: Path) -> AttemptScope:
     kind = file_kind(spec)
     if kind:
         raise BundleError(f"{spec}: {kind}, not a regular file")
+    return spec
+
+
+def _yaml_mapping(spec: Path) -> dict[str, Any]:
     try:
-        data = read_regular(spec, MAX_SCOPE_BYTES)
+        text = read_regular(spec, MAX_SCOPE_BYTES).decode("utf-8")
     except OSError as exc:
         raise BundleError(f"{spec}: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BundleError(f"{spec}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
@@ -120,12 +138,19 @@ def load_scope(bundle: Path) -> AttemptScope:
         ) from None
     if not isinstance(doc, dict):
         raise BundleError(f"{spec}: expected a mapping of fields, got {type(doc).__name__}")
+    return doc
+
+
+def _checked_scope(spec: Path, doc: dict[str, Any]) -> AttemptScope:
     try:
         scope = AttemptScope.model_validate(doc)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "attempt"
         raise BundleError(f"{spec}: field '{loc}': {err['msg']}") from None
+    known = schedulers()
+    if scope.scheduler not in known:
+        raise BundleError(f"{spec}: field 'scheduler': {scope.scheduler!r} is not a scheduler ({', '.join(known)})")
     # names an attempt.yaml gives reach every output and every query: plain names only
     for i, host in enumerate(scope.nodes):
         if not re.match(HOST_NAME, host):
@@ -180,76 +205,68 @@ def _text_files(bundle: Path, rel_dir: str, per_node: bool) -> tuple[list[TextFi
     return files, refused, not_read
 
 
-def _status(observations: int, unparsed: int, gaps: bool) -> CoverageStatus:
-    if observations == 0 and unparsed == 0:
-        return CoverageStatus.empty
-    if unparsed or gaps:
-        return CoverageStatus.partial
-    return CoverageStatus.ok
+def _absent(cover: Cover, scope: AttemptScope, why: str) -> Collected:
+    """A scheduler's records not in the bundle: missing evidence (`unavailable`) when the attempt's
+    scheduler keeps its record as this source, else not applicable (`skipped`)."""
+    scheduler = schedulers().get(scope.scheduler)
+    if scheduler is not None and scheduler.records is not None and scheduler.records[0] == cover.source:
+        return cover.outcome(CoverageStatus.unavailable, why)
+    return cover.outcome(CoverageStatus.skipped)
 
 
-def _missing(source: str, rel_dir: str) -> Collected:
-    return Collected(
-        Coverage(
-            source=source, connector=CONNECTOR, status=CoverageStatus.unavailable, error=f"{rel_dir}/ not in bundle"
-        )
-    )
-
-
-def _refused(source: str, problem: str, files: int = 0) -> Collected:
-    return Collected(
-        Coverage(source=source, connector=CONNECTOR, status=CoverageStatus.error, error=problem, files=files)
-    )
+def _folder_refused(cover: Cover, bundle: Path, rel_dir: str) -> Collected | None:
+    """The record of a source whose folder is not there (`unavailable`) or cannot be read (`error`)."""
+    parent = rel_dir.split("/")[0]
+    if not os.path.lexists(bundle / rel_dir) and not (
+        os.path.lexists(bundle / parent) and _dir_problem(bundle, parent)
+    ):
+        return cover.outcome(CoverageStatus.unavailable, f"{rel_dir}/ not in bundle")
+    problem = _dir_problem(bundle, rel_dir)
+    return cover.outcome(CoverageStatus.error, problem) if problem else None
 
 
 def _names(items: list[str], most: int = 10) -> str:
     return ", ".join(items[:most]) + (f" (+{len(items) - most} more)" if len(items) > most else "")
 
 
-def collect_text(bundle: Path, scope: AttemptScope, source: str, staging: str, prefilter: list[str]) -> Collected:
-    rel_dir = TEXT_SOURCES[source]
-    parent = rel_dir.split("/")[0]
-    if not os.path.lexists(bundle / rel_dir) and not (
-        os.path.lexists(bundle / parent) and _dir_problem(bundle, parent)
-    ):
-        return _missing(source, rel_dir)
-    problem = _dir_problem(bundle, rel_dir)
-    if problem:
-        return _refused(source, problem)
-    per_node = source != "scheduler_log"
+def collect_text(cover: Cover, bundle: Path, scope: AttemptScope, staging: str, prefilter: list[str]) -> Collected:
+    """logs/<source>/: every file of the folder scanned (one host's lines per file, but the
+    scheduler's logs, which name their hosts in the lines)."""
+    rel_dir = TEXT_SOURCES[cover.source]
+    refused_folder = _folder_refused(cover, bundle, rel_dir)
+    if refused_folder is not None:
+        return refused_folder
+    per_node = cover.source != Source.scheduler_log
     files, refused, not_read = _text_files(bundle, rel_dir, per_node)
     with connected(staging) as con:
-        stats = scan_files(con, files, source, CONNECTOR, prefilter)
+        stats = scan_files(con, files, cover.source, CONNECTOR, prefilter)
     missing = sorted(set(scope.nodes) - stats.nodes) if per_node else []
     unparsed = stats.bad_lines + len(refused) + len(stats.corrupt) + len(stats.errors)
-    gaps = bool(missing or not_read or stats.blank)
-    if stats.files and not stats.usable:  # something was read, nothing of it about the attempt
-        status = CoverageStatus.empty
-    elif not stats.files and stats.errors:
-        status = CoverageStatus.error
-    else:
-        status = _status(stats.lines, unparsed, gaps)
-    cov = Coverage(
-        source=source,
-        connector=CONNECTOR,
-        status=status,
+    tally = Tally(
         observations=stats.lines,
-        nodes=sorted(stats.nodes),
         unparsed=unparsed,
-        files=stats.files,
-        details={
-            "matched_lines": stats.hits,
-            "lines_with_bad_bytes": stats.bad_lines,
-            "long_lines": stats.long_lines,
-            "truncated_bytes": stats.truncated_bytes,
-            "missing_nodes": missing,
-            "refused": refused,
-            "not_read": not_read + stats.errors,
-            "corrupt_archives": stats.corrupt,
-            "blank_files": stats.blank,
-            "outside_window": [],  # filled once the lines' times are parsed (text.apply_spans)
-        },
+        gaps=bool(missing or not_read or stats.blank),
+        failed=not stats.files and bool(stats.errors),
+        # something read, nothing of it about the attempt (blank files); or nothing there at all
+        read_nothing=bool(stats.files and not stats.usable) or (stats.lines == 0 and unparsed == 0),
     )
+    details = LogFileDetails(
+        matched_lines=stats.hits,
+        lines_with_bad_bytes=stats.bad_lines,
+        long_lines=stats.long_lines,
+        truncated_bytes=stats.truncated_bytes,
+        missing_nodes=missing,
+        refused=refused,
+        not_read=not_read + stats.errors,
+        corrupt_archives=stats.corrupt,
+        blank_files=stats.blank,
+    )
+    error = _text_problems(cover.source, stats, not_read, missing)
+    paths = {f.ref: f.path for f in files}
+    return cover.judged(tally, nodes=sorted(stats.nodes), files=stats.files, error=error, details=details, paths=paths)
+
+
+def _text_problems(source: str, stats: ScanStats, not_read: list[str], missing: list[str]) -> str | None:
     why = []
     if stats.blank:
         why.append(f"{len(stats.blank)} file(s) with only blank lines: {_names(stats.blank)}")
@@ -259,8 +276,7 @@ def collect_text(bundle: Path, scope: AttemptScope, source: str, staging: str, p
         why.append(f"{len(not_read)} entry(ies) not read: {_names(not_read)}")
     if missing and stats.usable:
         why.append(f"no {source} for node(s): {_names(missing)}")
-    cov.error = "; ".join(why) or None
-    return Collected(cov, files={f.ref: f.path for f in files})
+    return "; ".join(why) or None
 
 
 def _number(text: str) -> int | float:
@@ -281,11 +297,21 @@ def _load_json(path: Path) -> Any:
         raise sr.RecordError(f"{path.name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
 
 
+def _record_problem(bundle: Path, path: Path) -> str | None:
+    """Why a scheduler record of the bundle is not read: it, or the scheduler/ folder, refused."""
+    if os.path.lexists(path):
+        problem = _dir_problem(bundle, "scheduler") or _problem(bundle, path)
+        return f"{path.relative_to(bundle)}: {problem}" if problem else None
+    if os.path.lexists(bundle / "scheduler"):
+        return _dir_problem(bundle, "scheduler")
+    return None
+
+
 def read_sacct_record(bundle: Path) -> Any | None:
     """The bundle's scheduler/sacct.json as JSON, read under the same rules as the sacct source (inside
     the bundle, a regular file, at most MAX_RECORD_BYTES); None when there is none. RecordError says why
     it cannot be read."""
-    path = bundle / "scheduler" / "sacct.json"
+    path = bundle / SACCT_FILE
     if not os.path.lexists(path):
         return None
     problem = _dir_problem(bundle, "scheduler") or _problem(bundle, path)
@@ -294,70 +320,74 @@ def read_sacct_record(bundle: Path) -> Any | None:
     return _load_json(path)
 
 
-def collect_sacct(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
-    path = bundle / "scheduler" / "sacct.json"
-    if os.path.lexists(path):
-        problem = _dir_problem(bundle, "scheduler") or _problem(bundle, path)
-        if problem:
-            return _refused("sacct", f"scheduler/sacct.json: {problem}")
-    elif os.path.lexists(bundle / "scheduler") and _dir_problem(bundle, "scheduler"):
-        return _refused("sacct", str(_dir_problem(bundle, "scheduler")))
+class SacctFileDetails(Details):
+    slurm_release: str | None
+
+
+def collect_sacct(cover: Cover, bundle: Path, scope: AttemptScope, staging: str) -> Collected:
+    """scheduler/sacct.json. Where attempt.yaml disagrees with it, the record won when the attempt
+    was scoped (tasks/steps.py record_wins, with the notes): the scope here is already the record's."""
+    path = bundle / SACCT_FILE
+    problem = _record_problem(bundle, path)
+    if problem:
+        return cover.outcome(CoverageStatus.error, problem)
     if not path.is_file():
-        status = CoverageStatus.unavailable if scope.scheduler == "slurm" else CoverageStatus.skipped
-        return Collected(
-            Coverage(
-                source="sacct",
-                connector=CONNECTOR,
-                status=status,
-                error="scheduler/sacct.json not in bundle" if status == "unavailable" else None,
-            )
-        )
+        return _absent(cover, scope, f"{SACCT_FILE} not in bundle")
     try:
-        obs, facts = sr.sacct_observations(_load_json(path), scope.job_id, "scheduler/sacct.json")
+        obs, facts = sr.sacct_observations(_load_json(path), scope.job_id, SACCT_FILE)
     except sr.RecordError as exc:
-        return Collected(
-            Coverage(source="sacct", connector=CONNECTOR, status=CoverageStatus.error, error=str(exc), files=1)
-        )
+        return cover.outcome(CoverageStatus.error, str(exc), files=1)
     with connected(staging) as con:
         insert_observations(con, obs)
-    # where attempt.yaml disagrees with this record, the record won when the attempt was scoped
-    # (tasks/steps.py record_wins, with the notes): the scope here is already the record's
     problems = facts.get("problems") or []  # records or times that could not be read: each costs itself
-    return Collected(
-        Coverage(
-            source="sacct",
-            connector=CONNECTOR,
-            status=CoverageStatus.partial if problems else CoverageStatus.ok,
-            observations=len(obs),
-            unparsed=len(problems),
-            files=1,
-            error="; ".join(problems[:5]) or None,
-            details={"slurm_release": facts.get("slurm_release")},
-        ),
+    return cover.judged(
+        Tally(observations=len(obs), unparsed=len(problems)),
+        files=1,
+        error="; ".join(problems[:5]) or None,
+        details=SacctFileDetails(slurm_release=facts.get("slurm_release")),
     )
 
 
-def collect_kueue(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
-    readers: dict[str, Callable[..., list]] = {
-        "workload.json": sr.workload_observations,
-        "pods.json": sr.pod_observations,
-        "events.json": sr.event_observations,
-        "nodes.json": sr.node_observations,
-    }
+class KueueFileDetails(Details):
+    missing_files: list[str]
+    records_not_read: int
+
+
+KUEUE_READERS: dict[str, Callable[..., list[Any]]] = {
+    "workload.json": sr.workload_observations,
+    "pods.json": sr.pod_observations,
+    "events.json": sr.event_observations,
+    "nodes.json": sr.node_observations,
+}
+
+
+def collect_kueue(cover: Cover, bundle: Path, scope: AttemptScope, staging: str) -> Collected:
+    """scheduler/{workload,pods,events,nodes}.json: the Kubernetes objects of a Kueue attempt."""
     if os.path.lexists(bundle / "scheduler") and _dir_problem(bundle, "scheduler"):
-        return _refused("kueue", str(_dir_problem(bundle, "scheduler")))
+        return cover.outcome(CoverageStatus.error, _dir_problem(bundle, "scheduler"))
     present = [n for n in KUEUE_FILES if os.path.lexists(bundle / "scheduler" / n)]
     if not present:
-        status = CoverageStatus.unavailable if scope.scheduler == "kueue" else CoverageStatus.skipped
-        return Collected(
-            Coverage(
-                source="kueue",
-                connector=CONNECTOR,
-                status=status,
-                error="no Kueue/Kubernetes objects in bundle" if status == "unavailable" else None,
-            )
-        )
-    obs: list = []
+        return _absent(cover, scope, "no Kueue/Kubernetes objects in bundle")
+    obs, errors, skipped = _kueue_observations(bundle, present)
+    with connected(staging) as con:
+        insert_observations(con, obs)
+    missing = [n for n in KUEUE_FILES if n not in present]
+    return cover.judged(
+        Tally(
+            observations=len(obs),
+            unparsed=len(errors) + len(skipped),
+            gaps=bool(missing),
+            failed=bool(errors and not obs),
+        ),
+        files=len(present),
+        error="; ".join(errors + skipped[:5]) or None,
+        details=KueueFileDetails(missing_files=missing, records_not_read=len(skipped)),
+    )
+
+
+def _kueue_observations(bundle: Path, present: list[str]) -> tuple[list[Any], list[str], list[str]]:
+    """(observations, files that could not be read, records that could not be read)."""
+    obs: list[Any] = []
     errors: list[str] = []
     skipped: list[str] = []
     for name in present:
@@ -366,181 +396,190 @@ def collect_kueue(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
             errors.append(f"scheduler/{name}: {problem}")
             continue
         try:
-            obs.extend(readers[name](_load_json(bundle / "scheduler" / name), f"scheduler/{name}", problems=skipped))
+            doc = _load_json(bundle / "scheduler" / name)
+            obs.extend(KUEUE_READERS[name](doc, f"scheduler/{name}", problems=skipped))
         except sr.RecordError as exc:
             errors.append(str(exc))
-    with connected(staging) as con:
-        insert_observations(con, obs)
-    missing = [n for n in KUEUE_FILES if n not in present]
-    if errors and not obs:
-        status = CoverageStatus.error
-    else:
-        status = CoverageStatus.partial if errors or skipped or missing else CoverageStatus.ok
-    return Collected(
-        Coverage(
-            source="kueue",
-            connector=CONNECTOR,
-            status=status,
-            observations=len(obs),
-            files=len(present),
-            unparsed=len(errors) + len(skipped),
-            error="; ".join(errors + skipped[:5]) or None,
-            details={"missing_files": missing, "records_not_read": len(skipped)},
-        )
-    )
+    return obs, errors, skipped
 
 
-def collect_metrics(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
-    base = bundle / "metrics"
-    if not os.path.lexists(base):
-        return _missing("metrics", "metrics")
-    problem = _dir_problem(bundle, "metrics")
-    if problem:
-        return _refused("metrics", problem)
-    files, errors = [], []
-    for p in sorted(base.glob("*.prom")):
+class MetricsFileDetails(Details):
+    samples_without_value_or_time: int
+    duplicate_samples: int
+    lines_with_bad_bytes: int
+
+
+@dataclass
+class _PromScan:
+    """What the metrics files held: their data lines, lines with bad bytes, samples repeated."""
+
+    data_lines: int = 0
+    bad_lines: int = 0
+    duplicates: int = 0
+    errors: list[str] = field(default_factory=list)  # "<ref>: why" for files not read
+
+
+def collect_metrics(cover: Cover, bundle: Path, scope: AttemptScope, staging: str) -> Collected:
+    """metrics/*.prom: Prometheus text exposition, samples with their timestamps."""
+    refused_folder = _folder_refused(cover, bundle, "metrics")
+    if refused_folder is not None:
+        return refused_folder
+    scan, files = _PromScan(), []
+    for p in sorted((bundle / "metrics").glob("*.prom")):
         why = _problem(bundle, p)
         if why:
-            errors.append(f"metrics/{printable_name(p.name)}: {why}")
+            scan.errors.append(f"metrics/{printable_name(p.name)}: {why}")
         else:
             files.append(p)
-    data_lines = duplicates = bad_lines = 0
     with connected(staging) as con:
         before = scalar(con, "SELECT count(*) FROM samples")
-        parse = render("parse_prom.sql", SQL_DIR)
-        insert = render("insert_samples.sql", SQL_DIR)
         for p in files:
-            ref = f"metrics/{printable_name(p.name)}"
-            pieces = 0
-            try:  # a file in pieces of whole lines (streamed); a bad line costs that line
-                for piece in read_pieces(p):
-                    pieces += 1
-                    con.execute(parse, {"content": piece.text, "first": piece.first, "lenient": piece.lenient})
-                    con.execute(insert, {"ref": ref, "connector": CONNECTOR})
-                    n_data, n_bad, dupes = one(
-                        con,
-                        "SELECT coalesce(max(n_data), 0), coalesce(max(n_bad), 0), "
-                        "count(*) FILTER (WHERE ok) - count(DISTINCT (metric, label_text, time)) FILTER (WHERE ok) "
-                        "FROM (SELECT *, value IS NOT NULL AND time IS NOT NULL AND labels IS NOT NULL AS ok "
-                        "FROM prom_parsed)",
-                    )
-                    data_lines += n_data
-                    bad_lines += n_bad
-                    duplicates += dupes
-            except (OSError, duckdb.Error) as exc:  # unreadable, or DuckDB cannot parse: report, keep going
-                errors.append(f"{ref}: {(str(exc).splitlines() or [type(exc).__name__])[0]}")
-                continue
-            if pieces > 1:  # a sample repeated across pieces is stored once too
-                duplicates += scalar(  # DELETE answers the number of rows it deleted
-                    con,
-                    """
-                    DELETE FROM samples WHERE path = $ref AND obs_id IN (
-                        SELECT obs_id FROM samples WHERE path = $ref
-                        QUALIFY row_number() OVER (PARTITION BY metric, series, time ORDER BY lineno) > 1)
-                    """,
-                    {"ref": ref},
-                )
+            _scan_prom(con, p, f"metrics/{printable_name(p.name)}", scan)
         stored = scalar(con, "SELECT count(*) FROM samples") - before
         nodes = [
             r[0] for r in con.execute("SELECT DISTINCT node FROM samples WHERE node IS NOT NULL ORDER BY 1").fetchall()
         ]
-    not_stored = max(0, data_lines - stored - duplicates)
-    unparsed = not_stored + len(errors) + bad_lines
-    status = CoverageStatus.error if errors and not stored else _status(stored, unparsed, False)
-    return Collected(
-        Coverage(
-            source="metrics",
-            connector=CONNECTOR,
-            status=status,
+    not_stored = max(0, scan.data_lines - stored - scan.duplicates)
+    unparsed = not_stored + len(scan.errors) + scan.bad_lines
+    return cover.judged(
+        Tally(
             observations=stored,
-            nodes=nodes,
             unparsed=unparsed,
-            files=len(files),
-            error="; ".join(errors) or None,
-            details={
-                "samples_without_value_or_time": not_stored,
-                "duplicate_samples": duplicates,
-                "lines_with_bad_bytes": bad_lines,
-            },
-        )
+            failed=bool(scan.errors and not stored),
+            read_nothing=stored == 0 and unparsed == 0,
+        ),
+        nodes=nodes,
+        files=len(files),
+        error="; ".join(scan.errors) or None,
+        details=MetricsFileDetails(
+            samples_without_value_or_time=not_stored,
+            duplicate_samples=scan.duplicates,
+            lines_with_bad_bytes=scan.bad_lines,
+        ),
     )
 
 
-def collect_topology(bundle: Path, scope: AttemptScope, staging: str) -> Collected:
+def _scan_prom(con: duckdb.DuckDBPyConnection, path: Path, ref: str, scan: _PromScan) -> None:
+    """One file, in pieces of whole lines (streamed); a bad line costs that line, a file DuckDB
+    cannot parse is named and the others go on."""
+    parse = render("parse_prom.sql", SQL_DIR)
+    insert = render("insert_samples.sql", SQL_DIR)
+    pieces = 0
+    try:
+        for piece in read_pieces(path):
+            pieces += 1
+            con.execute(parse, {"content": piece.text, "first": piece.first, "lenient": piece.lenient})
+            con.execute(insert, {"ref": ref, "connector": CONNECTOR})
+            n_data, n_bad, dupes = one(
+                con,
+                "SELECT coalesce(max(n_data), 0), coalesce(max(n_bad), 0), "
+                "count(*) FILTER (WHERE ok) - count(DISTINCT (metric, label_text, time)) FILTER (WHERE ok) "
+                "FROM (SELECT *, value IS NOT NULL AND time IS NOT NULL AND labels IS NOT NULL AS ok "
+                "FROM prom_parsed)",
+            )
+            scan.data_lines += n_data
+            scan.bad_lines += n_bad
+            scan.duplicates += dupes
+    except (OSError, duckdb.Error) as exc:  # unreadable, or DuckDB cannot parse: report, keep going
+        scan.errors.append(f"{ref}: {(str(exc).splitlines() or [type(exc).__name__])[0]}")
+        return
+    if pieces > 1:  # a sample repeated across pieces is stored once too
+        scan.duplicates += scalar(  # DELETE answers the number of rows it deleted
+            con,
+            """
+            DELETE FROM samples WHERE path = $ref AND obs_id IN (
+                SELECT obs_id FROM samples WHERE path = $ref
+                QUALIFY row_number() OVER (PARTITION BY metric, series, time ORDER BY lineno) > 1)
+            """,
+            {"ref": ref},
+        )
+
+
+class TopologyDetails(Details):
+    hosts_outside_allocation: int
+    entries_not_read: int
+
+
+def collect_topology(cover: Cover, bundle: Path, scope: AttemptScope, staging: str) -> Collected:
+    """topology.yaml: the fabric's links (connectors/topology.py)."""
     path = bundle / "topology.yaml"
     if not os.path.lexists(path):
-        return Collected(
-            Coverage(
-                source="topology",
-                connector=CONNECTOR,
-                status=CoverageStatus.unavailable,
-                error="topology.yaml not in bundle",
-            )
-        )
+        return cover.outcome(CoverageStatus.unavailable, "topology.yaml not in bundle")
     problem = _problem(bundle, path)
     if problem:
-        return _refused("topology", f"topology.yaml: {problem}")
+        return cover.outcome(CoverageStatus.error, f"topology.yaml: {problem}")
     skipped: list[str] = []
     try:
-        text = read_regular(path, MAX_TOPOLOGY_BYTES).decode("utf-8", errors="replace")
-        check_size(text, SAFE_LOADER)
-        doc = yaml.load(text, Loader=SAFE_LOADER) or {}
-        rows = links_from_yaml(doc, skipped=skipped)
+        rows = _topology_links(path, skipped)
     except OSError as exc:
-        return _refused("topology", f"topology.yaml: {exc.strerror or exc}", files=1)
+        return cover.outcome(CoverageStatus.error, f"topology.yaml: {exc.strerror or exc}", files=1)
     except (yaml.YAMLError, TopologyError, AttributeError, RecursionError) as exc:
-        return _refused("topology", f"topology.yaml: {(str(exc).splitlines() or [type(exc).__name__])[0]}", files=1)
+        why = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return cover.outcome(CoverageStatus.error, f"topology.yaml: {why}", files=1)
     if skipped and not rows:
-        return _refused("topology", f"topology.yaml: no link could be read: {'; '.join(skipped[:3])}", files=1)
-    if rows:
-        with connected(staging) as con:
-            con.execute(
-                "INSERT INTO topology SELECT unnest($s), unnest($p), unnest($h), unnest($k), unnest($c)",
-                {
-                    "s": [r[0] for r in rows],
-                    "p": [r[1] for r in rows],
-                    "h": [r[2] for r in rows],
-                    "k": [r[3] for r in rows],
-                    "c": [r[4] for r in rows],
-                },
-            )
+        return cover.outcome(CoverageStatus.error, f"topology.yaml: no link could be read: {'; '.join(skipped[:3])}", 1)
+    _stage_links(staging, rows)
     unknown = sorted({r[2] for r in rows if r[3] == "host"} - set(scope.nodes))
-    return Collected(
-        Coverage(
-            source="topology",
-            connector=CONNECTOR,
-            status=_status(len(rows), len(skipped), False),
-            observations=len(rows),
-            unparsed=len(skipped),
-            files=1,
-            error="; ".join(skipped[:5]) or None,
-            details={"hosts_outside_allocation": len(unknown), "entries_not_read": len(skipped)},
-        )
+    return cover.judged(
+        Tally(observations=len(rows), unparsed=len(skipped), read_nothing=not rows and not skipped),
+        files=1,
+        error="; ".join(skipped[:5]) or None,
+        details=TopologyDetails(hosts_outside_allocation=len(unknown), entries_not_read=len(skipped)),
     )
+
+
+def _topology_links(path: Path, skipped: list[str]) -> list[Link]:
+    text = read_regular(path, MAX_TOPOLOGY_BYTES).decode("utf-8", errors="replace")
+    check_size(text, SAFE_LOADER)
+    doc = yaml.load(text, Loader=SAFE_LOADER) or {}
+    return links_from_yaml(doc, skipped=skipped)
+
+
+def _stage_links(staging: str, rows: list[Link]) -> None:
+    if not rows:
+        return
+    with connected(staging) as con:
+        con.execute(
+            "INSERT INTO topology SELECT unnest($s), unnest($p), unnest($h), unnest($k), unnest($c)",
+            {
+                "s": [r[0] for r in rows],
+                "p": [r[1] for r in rows],
+                "h": [r[2] for r in rows],
+                "k": [r[3] for r in rows],
+                "c": [r[4] for r in rows],
+            },
+        )
+
+
+def source_paths(bundle: Path, source: str) -> list[Path]:
+    """Where in a bundle a source is read from: when none of them exists, collecting it only
+    records that it is not there (flows/attempt.py skips its task run)."""
+    scheduler = bundle / "scheduler"
+    paths = {
+        Source.sacct.value: [bundle / SACCT_FILE],
+        Source.kueue.value: [scheduler / name for name in KUEUE_FILES],
+        Source.metrics.value: [bundle / "metrics"],
+        Source.topology.value: [bundle / "topology.yaml"],
+    }
+    return paths.get(source) or ([bundle / TEXT_SOURCES[source]] if source in TEXT_SOURCES else [])
+
+
+Collector = Callable[[Cover, Path, AttemptScope, str], Collected]
+COLLECTORS: dict[str, Collector] = {
+    Source.sacct.value: collect_sacct,
+    Source.kueue.value: collect_kueue,
+    Source.metrics.value: collect_metrics,
+    Source.topology.value: collect_topology,
+}
 
 
 @register(CONNECTOR, BundleSource, kind="bundle")
 def collect(ctx: CollectContext[BundleSource]) -> Collected:
     """Load one source of the bundle into staging; the coverage record says what happened."""
-    started = time.monotonic()
-    bundle, scope, source, staging, prefilter = (
-        Path(ctx.config.path),
-        ctx.scope,
-        ctx.source,
-        ctx.staging,
-        list(ctx.prefilter),
-    )
-    if source in TEXT_SOURCES:
-        result = collect_text(bundle, scope, source, staging, prefilter)
-    elif source == "sacct":
-        result = collect_sacct(bundle, scope, staging)
-    elif source == "kueue":
-        result = collect_kueue(bundle, scope, staging)
-    elif source == "metrics":
-        result = collect_metrics(bundle, scope, staging)
-    elif source == "topology":
-        result = collect_topology(bundle, scope, staging)
-    else:
-        raise ValueError(f"unknown bundle source {source!r}")
-    result.coverage.duration_ms = int((time.monotonic() - started) * 1000)
-    return result
+    cover = Cover(ctx.source, CONNECTOR)
+    bundle = Path(ctx.config.path)
+    if ctx.source in TEXT_SOURCES:
+        return collect_text(cover, bundle, ctx.scope, ctx.staging, list(ctx.prefilter))
+    if ctx.source in COLLECTORS:
+        return COLLECTORS[ctx.source](cover, bundle, ctx.scope, ctx.staging)
+    raise ValueError(f"unknown bundle source {ctx.source!r}")

@@ -1,6 +1,13 @@
 """The failure policy every HTTP connector shares, and the escaping of values inside query strings."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from workload_attribution.contracts.errors import TransientSourceError
+
+if TYPE_CHECKING:  # at run time httpx is imported where a request is made
+    import httpx
 
 MAX_BODY_BYTES = 512 * 1024 * 1024
 
@@ -13,13 +20,13 @@ def escape_double_quoted(value: str) -> str:
 
 
 def http_get(
-    client,
+    client: httpx.Client,
     path: str,
     what: str,
-    params: dict | None = None,
+    params: dict[str, Any] | None = None,
     max_retry_after_s: int = 30,
     max_bytes: int = MAX_BODY_BYTES,
-):
+) -> httpx.Response:
     """GET with the failure policy every HTTP connector shares: a timeout or transport error, 429 and
     5xx raise TransientSourceError (the collect task retries those; Retry-After is honoured up to a
     bound first); anything else is returned for the connector to judge.

@@ -15,15 +15,17 @@ A `MESSAGE` journald stored as a byte array (not UTF-8) is decoded byte by byte 
 
 from __future__ import annotations
 
-import time
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+import duckdb
 from pydantic import Field
 
+from workload_attribution.connectors.coverage import Cover, Tally
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
-from workload_attribution.contracts.models import Coverage, CoverageStatus
+from workload_attribution.contracts.models import CoverageStatus, Details
 from workload_attribution.staging.database import connected, contains_any, naive_utc, one
 from workload_attribution.staging.lines import Line, stage_lines
 
@@ -80,38 +82,53 @@ FROM lines l LEFT JOIN (SELECT unnest($file_names) AS filename, unnest($file_hos
 """
 
 
-@register(CONNECTOR, JournaldSource)
-def collect(ctx: CollectContext[JournaldSource]) -> Collected:
-    started = time.monotonic()
-    cfg, scope = ctx.config, ctx.scope
-    per_host = "{host}" in cfg.path
-    wanted = {Path(cfg.path.replace("{host}", h)): h for h in scope.nodes} if per_host else {Path(cfg.path): None}
+class JournalDetails(Details):
+    entries: int
+    matched_lines: int
+    not_entries: int
+    binary_messages: int
+    outside_window: int
+    other_hosts: int
+    missing_nodes: list[str]
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """The exports' lines: entries, lines that are not entries, byte-array messages, and entries
+    outside the window or of hosts not in the allocation."""
+
+    entries: int
+    bad: int
+    binary: int
+    outside: int
+    foreign: int
+
+    @property
+    def in_scope(self) -> int:
+        return self.entries - self.bad - self.outside - self.foreign
+
+
+def _exports(template: str, nodes: list[str]) -> tuple[dict[Path, str | None], list[str]]:
+    """(each export present -> its host, or None for one export of many hosts; the paths missing)."""
+    per_host = "{host}" in template
+    wanted = {Path(template.replace("{host}", h)): h for h in nodes} if per_host else {Path(template): None}
     present = {p: h for p, h in wanted.items() if p.is_file()}
-    missing_files = sorted(str(p) for p in wanted if p not in present)
-    if not present:
-        return Collected(
-            Coverage(
-                source=ctx.source,
-                connector=CONNECTOR,
-                status=CoverageStatus.unavailable,
-                error=f"no journal export at {', '.join(missing_files)}"[:500],
-                duration_ms=int((time.monotonic() - started) * 1000),
-            )
-        )
-    since = naive_utc(scope.start - timedelta(seconds=cfg.lookback_s))
-    until = naive_utc(scope.end + timedelta(seconds=cfg.margin_s))
-    keep = contains_any("text", ctx.prefilter)
-    with connected(ctx.staging) as con:
-        per_file = {str(p): h for p, h in present.items() if h}
-        con.execute(
-            f"CREATE OR REPLACE TEMP TABLE journal_scan AS {_ENTRIES}",
-            {
-                "paths": [str(p) for p in present],
-                "file_names": list(per_file) or [""],
-                "file_hosts": list(per_file.values()) or [""],
-            },
-        )
-        entries, bad, binary, outside, foreign = one(
+    return present, sorted(str(p) for p in wanted if p not in present)
+
+
+def _scan(con: duckdb.DuckDBPyConnection, present: dict[Path, str | None], window: dict[str, Any]) -> _Counts:
+    """Every line of the exports parsed into the journal_scan table; counted."""
+    per_file = {str(p): h for p, h in present.items() if h}
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE journal_scan AS {_ENTRIES}",
+        {
+            "paths": [str(p) for p in present],
+            "file_names": list(per_file) or [""],
+            "file_hosts": list(per_file.values()) or [""],
+        },
+    )
+    return _Counts(
+        *one(
             con,
             """
             SELECT count(*), count(*) FILTER (WHERE NOT usable), count(*) FILTER (WHERE binary_message),
@@ -120,69 +137,79 @@ def collect(ctx: CollectContext[JournaldSource]) -> Collected:
                                     AND NOT list_contains($nodes, host)
                                     AND NOT list_contains($nodes, split_part(host, '.', 1)))
             FROM journal_scan""",
-            {
-                "since": since,
-                "until": until,
-                "nodes": scope.nodes,
-            },
-        )
-        rows = con.execute(
-            f"""
-            SELECT filename, node, lineno, t, text FROM (
-                SELECT *, coalesce(file_host, CASE WHEN list_contains($nodes, host) THEN host
-                                                   ELSE split_part(host, '.', 1) END) AS node
-                FROM journal_scan)
-            WHERE usable AND t BETWEEN $since AND $until AND ({keep}) AND list_contains($nodes, node)
-            ORDER BY filename, lineno""",
-            {
-                "since": since,
-                "until": until,
-                "nodes": scope.nodes,
-            },
-        ).fetchall()
-        con.execute("DROP TABLE journal_scan")
-        streams: dict[tuple[str, str], list[Line]] = {}
-        for filename, node, lineno, t, text in rows:
-            streams.setdefault((filename, node), []).append(Line(text, lineno, t))
-        for (filename, node), lines in sorted(streams.items()):
-            stage_lines(con, ctx.source, CONNECTOR, node, filename, lines)
-    nodes = sorted({n for _, n in streams} | {h for h in present.values() if h})
-    missing_nodes = sorted(set(scope.nodes) - set(nodes)) if per_host else []
-    usable_in_scope = entries - bad - outside - foreign
-    if entries == 0:
-        status = CoverageStatus.empty
-    elif bad or missing_files:
-        status = CoverageStatus.partial
-    elif usable_in_scope <= 0:
-        status = CoverageStatus.empty
-    else:
-        status = CoverageStatus.ok
-    error = None
-    if bad:
-        error = f"{bad} line(s) are not journal entries (JSON objects with __REALTIME_TIMESTAMP and MESSAGE)"
-    elif missing_files:
-        error = f"no journal export for node(s): {', '.join(missing_nodes)}"
-    elif status is CoverageStatus.empty and entries:
-        error = "no entry of the attempt's hosts inside its window"
-    return Collected(
-        Coverage(
-            source=ctx.source,
-            connector=CONNECTOR,
-            status=status,
-            observations=max(0, usable_in_scope),
-            nodes=nodes,
-            unparsed=bad,
-            files=len(present),
-            error=error,
-            duration_ms=int((time.monotonic() - started) * 1000),
-            details={
-                "entries": entries,
-                "matched_lines": len(rows),
-                "not_entries": bad,
-                "binary_messages": binary,
-                "outside_window": outside,
-                "other_hosts": foreign,
-                "missing_nodes": missing_nodes,
-            },
+            window,
         )
     )
+
+
+def _kept(con: duckdb.DuckDBPyConnection, window: dict[str, Any], keep: str) -> list[tuple[Any, ...]]:
+    """(file, node, line number, time, text) of the entries kept: the attempt's hosts, inside the
+    window, with one of the rules' literals."""
+    rows = con.execute(
+        f"""
+        SELECT filename, node, lineno, t, text FROM (
+            SELECT *, coalesce(file_host, CASE WHEN list_contains($nodes, host) THEN host
+                                               ELSE split_part(host, '.', 1) END) AS node
+            FROM journal_scan)
+        WHERE usable AND t BETWEEN $since AND $until AND ({keep}) AND list_contains($nodes, node)
+        ORDER BY filename, lineno""",
+        window,
+    ).fetchall()
+    con.execute("DROP TABLE journal_scan")
+    return rows
+
+
+def _stage(con: duckdb.DuckDBPyConnection, source: str, rows: list[tuple[Any, ...]]) -> set[str]:
+    """One stream per file and node; returns the nodes staged."""
+    streams: dict[tuple[str, str], list[Line]] = {}
+    for filename, node, lineno, t, text in rows:
+        streams.setdefault((filename, node), []).append(Line(text, lineno, t))
+    for (filename, node), lines in sorted(streams.items()):
+        stage_lines(con, source, CONNECTOR, node, filename, lines)
+    return {n for _, n in streams}
+
+
+def _why(counts: _Counts, missing_files: list[str], missing_nodes: list[str], empty: bool) -> str | None:
+    if counts.bad:
+        return f"{counts.bad} line(s) are not journal entries (JSON objects with __REALTIME_TIMESTAMP and MESSAGE)"
+    if missing_files:
+        return f"no journal export for node(s): {', '.join(missing_nodes)}"
+    if empty and counts.entries:
+        return "no entry of the attempt's hosts inside its window"
+    return None
+
+
+@register(CONNECTOR, JournaldSource)
+def collect(ctx: CollectContext[JournaldSource]) -> Collected:
+    cover = Cover(ctx.source, CONNECTOR)
+    cfg, scope = ctx.config, ctx.scope
+    present, missing_files = _exports(cfg.path, scope.nodes)
+    if not present:
+        return cover.outcome(CoverageStatus.unavailable, f"no journal export at {', '.join(missing_files)}"[:500])
+    since: datetime | None = naive_utc(scope.start - timedelta(seconds=cfg.lookback_s))
+    until = naive_utc(scope.end + timedelta(seconds=cfg.margin_s))
+    window = {"since": since, "until": until, "nodes": scope.nodes}
+    with connected(ctx.staging) as con:
+        counts = _scan(con, present, window)
+        rows = _kept(con, window, contains_any("text", ctx.prefilter))
+        staged = _stage(con, ctx.source, rows)
+    nodes = sorted(staged | {h for h in present.values() if h})
+    missing_nodes = sorted(set(scope.nodes) - set(nodes)) if "{host}" in cfg.path else []
+    tally = Tally(
+        observations=max(0, counts.in_scope),
+        unparsed=counts.bad,
+        gaps=bool(missing_files),
+        read_nothing=counts.entries == 0,
+        none_in_scope=counts.in_scope <= 0,
+    )
+    details = JournalDetails(
+        entries=counts.entries,
+        matched_lines=len(rows),
+        not_entries=counts.bad,
+        binary_messages=counts.binary,
+        outside_window=counts.outside,
+        other_hosts=counts.foreign,
+        missing_nodes=missing_nodes,
+    )
+    error = _why(counts, missing_files, missing_nodes, tally.status is CoverageStatus.empty)
+    return cover.judged(tally, nodes=nodes, files=len(present), error=error, details=details)

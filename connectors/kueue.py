@@ -1,4 +1,5 @@
-"""Kueue / Kubernetes API connector: scope a Workload and collect its scheduler history.
+"""Kueue: scope a Workload, collect its scheduler history, find the Workloads that ended badly, read
+the forwarder's notice (deployments/kubernetes/forwarder.py). Its states: data/kueue_states.csv.
 
 Reads the Workload (conditions, eviction reasons, requeue count), the pods that ran it (by a
 configurable label selector), their nodes' conditions and the Workload's events, over httpx with a
@@ -9,20 +10,23 @@ bundle's scheduler/*.json files, so rules see identical records whichever way th
 from __future__ import annotations
 
 import os
-import time
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from workload_attribution.connectors import scheduler_records as sr
+from workload_attribution.connectors.coverage import Cover, Tally
 from workload_attribution.connectors.http import http_get
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
+from workload_attribution.connectors.schedulers import DATA, Notice, Scheduler, StateTable, Webhook, register_scheduler
 from workload_attribution.contracts.errors import BadInput, SourceError
-from workload_attribution.contracts.identity import K8S_NAME
-from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus, Observation
+from workload_attribution.contracts.identity import NAME_PATTERN, AttemptId, EndedAttempt, Target
+from workload_attribution.contracts.models import AttemptScope, CoverageStatus, Details, Observation
+from workload_attribution.contracts.vocabulary import Source
 from workload_attribution.staging.database import connected
 from workload_attribution.staging.observations import insert_observations
 
@@ -31,6 +35,9 @@ if TYPE_CHECKING:  # at run time httpx is imported where a request is made: the 
 
 CONNECTOR = "kubernetes"
 KUEUE_API = "/apis/kueue.x-k8s.io/v1beta1"
+STATES = StateTable.load(DATA / "kueue_states.csv")
+K8S_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?")  # RFC 1123 subdomain
+K8S_NAMESPACE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")  # RFC 1123 label
 
 
 class KueueSource(SourceConfig):
@@ -66,14 +73,18 @@ class NotAKubernetesName(BadInput):
     """A name Kubernetes could never hold: it never reaches a URL path or a selector."""
 
 
-# RFC 1123 subdomain: what Kubernetes accepts as a namespace or object name.
-_K8S_NAME = K8S_NAME
-
-
 def _name_ok(kind: str, value: str) -> str:
-    if not isinstance(value, str) or not _K8S_NAME.fullmatch(value):
+    if not isinstance(value, str) or not K8S_NAME.fullmatch(value):
         raise NotAKubernetesName(f"not a Kubernetes name ({kind}): {value!r}")
     return value
+
+
+def check_job_id(job_id: str) -> str:
+    """A Workload as `[namespace/]name` (RFC 1123), or ValueError naming the form."""
+    namespace, _, name = job_id.rpartition("/")
+    if (namespace and not K8S_NAMESPACE.fullmatch(namespace)) or not K8S_NAME.fullmatch(name):
+        raise ValueError(f"not a Kubernetes workload name: {job_id!r} ([namespace/]name, RFC 1123)")
+    return job_id
 
 
 def _client(src: KueueSource, transport: httpx.BaseTransport | None) -> httpx.Client:
@@ -138,7 +149,7 @@ def fetch(src: KueueSource, job_id: str, transport: httpx.BaseTransport | None =
     with _client(src, transport) as client:
         wl = _get(client, f"{KUEUE_API}/namespaces/{ns}/workloads/{workload}")
         owners = (wl.get("metadata") or {}).get("ownerReferences") or [{}]
-        owner = owners[0].get("name") if _K8S_NAME.fullmatch(str(owners[0].get("name"))) else workload
+        owner = owners[0].get("name") if K8S_NAME.fullmatch(str(owners[0].get("name"))) else workload
         selector = src.pod_selector.format(workload=workload, owner=owner)
         pods = _get(client, f"/api/v1/namespaces/{ns}/pods", {"labelSelector": selector})
         events = _get(
@@ -149,7 +160,7 @@ def fetch(src: KueueSource, job_id: str, transport: httpx.BaseTransport | None =
         names = sorted(n for n in {(p.get("spec") or {}).get("nodeName") for p in pods.get("items", [])} if n)
         nodes: dict[str, Any] = {"apiVersion": "v1", "kind": "List", "items": []}
         for n in names:
-            if not _K8S_NAME.fullmatch(n):
+            if not K8S_NAME.fullmatch(n):
                 continue  # not a name Kubernetes could hold: never put into a URL
             try:
                 nodes["items"].append(_get(client, f"/api/v1/nodes/{n}"))
@@ -194,29 +205,25 @@ def scope_from(objects: dict[str, Any], cluster: str) -> AttemptScope:
     )
 
 
+class KubernetesDetails(Details):
+    pods: int
+    nodes_not_found: list[str]
+
+
 @register(CONNECTOR, KueueSource, kind="scheduler")
 def collect(ctx: CollectContext[KueueSource]) -> Collected:
     """The Workload, its pods, their nodes and events (source `kueue`)."""
-    started = time.monotonic()
-    src, scope = ctx.config, ctx.scope
+    cover = Cover(ctx.source, CONNECTOR)
     try:
-        objects = fetch(src, scope.job_id, ctx.transport)
+        objects = fetch(ctx.config, ctx.scope.job_id, ctx.transport)
     except (KueueError, NotAKubernetesName) as exc:  # the workload gone (404) is an empty answer; else an error
-        return Collected(
-            Coverage(
-                source=ctx.source,
-                connector=CONNECTOR,
-                status=CoverageStatus.empty if isinstance(exc, NotFound) else CoverageStatus.error,
-                error=str(exc),
-                duration_ms=int((time.monotonic() - started) * 1000),
-            )
-        )
-    return store(ctx, objects, started)
+        return cover.outcome(CoverageStatus.empty if isinstance(exc, NotFound) else CoverageStatus.error, str(exc))
+    return store(ctx, objects, cover)
 
 
-def store(ctx: CollectContext[KueueSource], objects: dict[str, Any], started: float | None = None) -> Collected:
+def store(ctx: CollectContext[KueueSource], objects: dict[str, Any], cover: Cover | None = None) -> Collected:
     """Stage objects already fetched (by `fetch`, or by a scope step that read them first)."""
-    started = time.monotonic() if started is None else started
+    cover = cover or Cover(ctx.source, CONNECTOR)
     src, scope = ctx.config, ctx.scope
     obs: list[Observation] = []
     namespace, _, name = scope.job_id.rpartition("/")
@@ -230,30 +237,32 @@ def store(ctx: CollectContext[KueueSource], objects: dict[str, Any], started: fl
     missing_nodes = sorted(
         set(scope.nodes) - {(n.get("metadata") or {}).get("name") for n in objects["nodes"]["items"]}
     )
-    return Collected(
-        Coverage(
-            source=ctx.source,
-            connector=CONNECTOR,
-            status=CoverageStatus.partial if missing_nodes else CoverageStatus.ok,
-            observations=len(obs),
-            nodes=sorted(set(scope.nodes) - set(missing_nodes)),
-            duration_ms=int((time.monotonic() - started) * 1000),
-            details={"pods": len(objects["pods"].get("items", [])), "nodes_not_found": missing_nodes},
-        )
+    return cover.judged(
+        Tally(observations=len(obs), gaps=bool(missing_nodes)),
+        nodes=sorted(set(scope.nodes) - set(missing_nodes)),
+        details=KubernetesDetails(pods=len(objects["pods"].get("items", [])), nodes_not_found=missing_nodes),
     )
 
 
-def ended_badly(conditions: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The condition that ended a Workload's attempt unsuccessfully (Evicted, or Finished with a
-    reason other than Succeeded), or None: the one rule triggers and backfills share."""
+def ending(conditions: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+    """The condition that ended a Workload's attempt (Evicted, else Finished), as the state it
+    stands for (`Evicted`, `Finished:<reason>`) and the condition itself; None while it runs."""
     conds = {c.get("type"): c for c in conditions or [] if isinstance(c, dict)}
     evicted = conds.get("Evicted") or {}
     if evicted.get("status") == "True":
-        return evicted
+        return "Evicted", evicted
     finished = conds.get("Finished") or {}
-    if finished.get("status") == "True" and finished.get("reason") != "Succeeded":
-        return finished
+    if finished.get("status") == "True":
+        return f"Finished:{finished.get('reason')}", finished
     return None
+
+
+def ended_badly(conditions: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The condition that ended a Workload's attempt in failure (a failed state of
+    kueue_states.csv: Evicted, or Finished with a reason other than Succeeded), or None: the one
+    rule triggers and backfills share."""
+    ended = ending(conditions)
+    return ended[1] if ended and STATES.failed(ended[0]) else None
 
 
 def discover_failed(
@@ -287,3 +296,76 @@ def discover_failed(
                 raise KueueError("workload list paging loops: the server repeated a continue token")
             seen.add(token)
     raise KueueError(f"workload list did not stop paging after {src.max_pages} pages")
+
+
+# ------------------------------------------------------------------------------ as a scheduler
+
+
+def scope(src: KueueSource, target: Target) -> AttemptScope:
+    return scope_from(fetch(src, target.job_id or ""), target.cluster or "")
+
+
+def discover(src: KueueSource, cluster: str, since: datetime, until: datetime) -> list[EndedAttempt]:
+    return [
+        EndedAttempt.recorded(
+            AttemptId(cluster=cluster, scheduler="kueue", job_id=w["job_id"], attempt=w["attempt"]), w["end"]
+        )
+        for w in discover_failed(src, since, until)
+    ]
+
+
+class WorkloadCondition(BaseModel):
+    """One of a Workload's status.conditions, as Kubernetes writes it (other keys kept as they are)."""
+
+    model_config = ConfigDict(extra="allow", str_max_length=4096)
+    type: str = Field(max_length=316)
+    status: str = Field(max_length=16)
+    reason: str | None = None
+    message: str | None = None
+    lastTransitionTime: str | None = Field(None, max_length=64)  # Kubernetes spells it so
+
+
+class KubernetesWorkloadEvent(BaseModel):
+    """A Kueue Workload whose Finished or Evicted condition changed (deployments/kubernetes/forwarder.py)."""
+
+    model_config = ConfigDict(extra="forbid", str_max_length=4096)
+
+    cluster: str = Field(pattern=NAME_PATTERN)
+    namespace: str = Field(pattern=f"^{K8S_NAMESPACE.pattern}$")
+    name: str = Field(pattern=f"^{K8S_NAME.pattern}$")
+    uid: str | None = Field(None, pattern=r"^[0-9a-fA-F-]{1,64}$")
+    attempt: int = Field(0, ge=0, le=100000, description="status.requeueState.count")
+    # typed: a condition whose type is not a string was a 500 (found by tests/unit/test_fuzz_service.py)
+    conditions: list[WorkloadCondition] = Field(max_length=64, description="the Workload's status.conditions")
+    diagnose: bool = False
+
+
+def read_notice(event: KubernetesWorkloadEvent) -> Notice:
+    workload = f"{event.namespace}/{event.name}"
+    attempt = AttemptId(cluster=event.cluster, scheduler="kueue", job_id=workload, attempt=event.attempt)
+    return Notice(
+        Target.completed(attempt),
+        ended_badly([c.model_dump(exclude_none=True) for c in event.conditions]) is not None,
+        "workload did not end in failure or eviction",
+        asked=event.diagnose,
+    )
+
+
+KUEUE = register_scheduler(
+    Scheduler(
+        name="kueue",
+        scope=scope,
+        states=STATES,
+        config=KueueSource,
+        records=(Source.kueue.value, CONNECTOR),
+        job_id=check_job_id,
+        discover=discover,
+        webhook=Webhook(
+            "kubernetes",
+            KubernetesWorkloadEvent,
+            read_notice,
+            "a Kueue workload",
+            "A Kueue Workload finished or was evicted. Evicted, or Finished but not Succeeded -> diagnosed.",
+        ),
+    )
+)

@@ -12,15 +12,16 @@ Lines carry Loki's nanosecond timestamp as their collector time.
 from __future__ import annotations
 
 import re
-import time
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from workload_attribution.connectors.coverage import Cover, Tally
 from workload_attribution.connectors.http import escape_double_quoted, http_get
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
-from workload_attribution.contracts.models import Coverage, CoverageStatus
+from workload_attribution.contracts.models import Details
 from workload_attribution.staging.database import connected
 from workload_attribution.staging.lines import Line, stage_lines
 
@@ -69,7 +70,9 @@ def _ns(t: datetime) -> int:
     return int(t.timestamp()) * 1_000_000_000 + t.microsecond * 1000
 
 
-def _page(client: httpx.Client, src: LokiSource, query: str, start_ns: int, end_ns: int) -> list[tuple[dict, int, str]]:
+def _page(
+    client: httpx.Client, src: LokiSource, query: str, start_ns: int, end_ns: int
+) -> list[tuple[dict[str, Any], int, str]]:
     r = http_get(
         client,
         "/loki/api/v1/query_range",
@@ -107,91 +110,92 @@ def _streams(client: httpx.Client, src: LokiSource, selector: str, start_ns: int
         raise ValueError(f"body is not a Loki series answer ({exc})") from None
 
 
+class LokiDetails(Details):
+    query: str
+    hosts_without_streams: list[str]
+    matched_lines: int
+    truncated_windows: int
+    prefilter_pushed_down: bool
+
+
+@dataclass
+class _Fetched:
+    lines: list[tuple[str, int, str]] = field(default_factory=list)  # (host, ns, line)
+    truncated_windows: int = 0  # windows whose pages could not all be read
+    error: str | None = None  # a query Loki refused or answered with garbage: no more windows
+
+
+def _window(client: httpx.Client, src: LokiSource, query: str, start: datetime, end: datetime, got: _Fetched) -> None:
+    """One window's lines, page after page: a page advances to the last timestamp it holds, and
+    the lines already seen at that timestamp are dropped from the next."""
+    cursor, stop_ns = _ns(start), _ns(end)
+    seen_at_cursor: set[tuple[str, str]] = set()
+    for _ in range(src.max_pages):
+        try:
+            page = _page(client, src, query, cursor, stop_ns)
+        except ValueError as exc:
+            got.error = str(exc)
+            return
+        page.sort(key=lambda x: x[1])
+        fresh = [
+            (lab, ts, line)
+            for lab, ts, line in page
+            if not (ts == cursor and (lab.get(src.host_label, ""), line) in seen_at_cursor)
+        ]
+        got.lines += [(lab.get(src.host_label) or "", ts, line) for lab, ts, line in fresh]
+        if len(page) < src.limit or not page:
+            return
+        last = page[-1][1]
+        if not fresh:
+            got.truncated_windows += 1  # more lines share one timestamp than `limit`: cannot page past them
+            return
+        at_last = {(lab.get(src.host_label, ""), line) for lab, ts, line in page if ts == last}
+        seen_at_cursor = (seen_at_cursor | at_last) if last == cursor else at_last
+        cursor = last
+    got.truncated_windows += 1  # max_pages reached
+
+
 @register(CONNECTOR, LokiSource)
 def collect(ctx: CollectContext[LokiSource]) -> Collected:
-    started = time.monotonic()
     src = ctx.config.model_copy(update={"source": ctx.config.source or ctx.source})
-    scope, prefilter = ctx.scope, list(ctx.prefilter)
-    selector = render_selector(src.selector, scope.nodes)
-    query = selector + (line_filter(prefilter) if src.push_prefilter else "")
-    start = scope.start - timedelta(seconds=src.lookback_s)
-    end = scope.end + timedelta(seconds=src.margin_s)
-    headers = {"X-Scope-OrgID": src.tenant} if src.tenant else {}
-    lines: list[tuple[str, int, str]] = []  # (host, ns, line)
-    truncated_windows = 0
-    error = None
+    cover = Cover(src.source, CONNECTOR)
+    selector = render_selector(src.selector, ctx.scope.nodes)
+    query = selector + (line_filter(list(ctx.prefilter)) if src.push_prefilter else "")
+    start = ctx.scope.start - timedelta(seconds=src.lookback_s)
+    end = ctx.scope.end + timedelta(seconds=src.margin_s)
+    got, streams, series_error = _Fetched(), set[str](), None
     import httpx
 
     timeout = httpx.Timeout(src.timeout_s, connect=min(src.timeout_s, 5.0))
-    streams: set[str] = set()
+    headers = {"X-Scope-OrgID": src.tenant} if src.tenant else {}
     with httpx.Client(
         base_url=src.url.rstrip("/"), timeout=timeout, headers=headers, transport=ctx.transport
     ) as client:
-        series_error = None
         try:
             streams = _streams(client, src, selector, _ns(start), _ns(end))
         except ValueError as exc:  # lines can still come: coverage will say partial
             series_error = str(exc)
-        w_start = start
-        while w_start < end and error is None:
+        w_start = start  # long windows are split: each piece is paged on its own
+        while w_start < end and got.error is None:
             w_end = min(end, w_start + timedelta(seconds=src.max_window_s))
-            cursor, stop_ns = _ns(w_start), _ns(w_end)
-            seen_at_cursor: set[tuple[str, str]] = set()
-            for _ in range(src.max_pages):
-                try:
-                    page = _page(client, src, query, cursor, stop_ns)
-                except ValueError as exc:
-                    error = str(exc)
-                    break
-                page.sort(key=lambda x: x[1])
-                fresh = [
-                    (lab, ts, line)
-                    for lab, ts, line in page
-                    if not (ts == cursor and (lab.get(src.host_label, ""), line) in seen_at_cursor)
-                ]
-                for lab, ts, line in fresh:
-                    lines.append((lab.get(src.host_label) or "", ts, line))
-                if len(page) < src.limit or not page:
-                    break
-                last = page[-1][1]
-                if not fresh:
-                    truncated_windows += 1  # more lines share one timestamp than `limit`: cannot page past them
-                    break
-                at_last = {(lab.get(src.host_label, ""), line) for lab, ts, line in page if ts == last}
-                seen_at_cursor = (seen_at_cursor | at_last) if last == cursor else at_last
-                cursor = last
-            else:
-                truncated_windows += 1
+            _window(client, src, query, w_start, w_end, got)
             w_start = w_end
-    _store(ctx.staging, src, lines)
-    nodes = sorted(({h for h, _, _ in lines} | streams) - {""})
-    missing = sorted(set(scope.nodes) - set(nodes))
-    if error and not lines:
-        status = CoverageStatus.error
-    elif error or truncated_windows or series_error:
-        status = CoverageStatus.partial
-    elif not lines and not streams:
-        status = CoverageStatus.empty
-    else:
-        status = CoverageStatus.ok
-    return Collected(
-        Coverage(
-            source=src.source,
-            connector=CONNECTOR,
-            status=status,
-            observations=len(lines),
-            nodes=nodes,
-            error=error or series_error,
-            duration_ms=int((time.monotonic() - started) * 1000),
-            details={
-                "query": query,
-                "hosts_without_streams": missing,
-                "matched_lines": len(lines),
-                "truncated_windows": truncated_windows,
-                "prefilter_pushed_down": src.push_prefilter,
-            },
-        )
+    _store(ctx.staging, src, got.lines)
+    nodes = sorted(({h for h, _, _ in got.lines} | streams) - {""})
+    tally = Tally(
+        observations=len(got.lines),
+        gaps=bool(got.error or got.truncated_windows or series_error),
+        failed=bool(got.error and not got.lines),
+        none_in_scope=not got.lines and not streams,
     )
+    details = LokiDetails(
+        query=query,
+        hosts_without_streams=sorted(set(ctx.scope.nodes) - set(nodes)),
+        matched_lines=len(got.lines),
+        truncated_windows=got.truncated_windows,
+        prefilter_pushed_down=src.push_prefilter,
+    )
+    return cover.judged(tally, nodes=nodes, error=got.error or series_error, details=details)
 
 
 def _store(staging: str, src: LokiSource, lines: list[tuple[str, int, str]]) -> None:

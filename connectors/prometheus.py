@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
+from workload_attribution.connectors.coverage import Cover, Tally
 from workload_attribution.connectors.http import escape_double_quoted, http_get
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
-from workload_attribution.contracts.models import Coverage, CoverageStatus, Observation
+from workload_attribution.contracts.models import Details, Observation
 from workload_attribution.staging.database import connected
 from workload_attribution.staging.observations import insert_observations
 
@@ -97,58 +97,83 @@ def _query(
         f"prometheus {name}",
         {"query": expr, "start": start.timestamp(), "end": end.timestamp(), "step": step},
     )
+    matrix = _matrix(r, res)
+    obs: list[Observation] = []
+    for series in matrix or []:
+        if not isinstance(series, dict):
+            res.error = "unexpected answer: a series is not an object"
+            return res, []
+        obs += _samples(series, name, src.host_labels, res)
+    return res, obs
+
+
+def _matrix(r: httpx.Response, res: QueryResult) -> list[Any] | None:
+    """The answer's series, or None with the reason in `res.error`."""
     try:
         body = r.json()
     except ValueError:
         res.error = f"HTTP {r.status_code}, body is not JSON: {r.text[:120]!r}"
-        return res, []
+        return None
     if not isinstance(body, dict) or body.get("status") != "success":
         err = body.get("error") if isinstance(body, dict) else None
         res.error = f"HTTP {r.status_code}: {err or 'unexpected response'}"
-        return res, []
+        return None
     res.warnings = [str(w) for w in body.get("warnings") or []]
     data = body.get("data") or {}
     if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
         res.error = f"unexpected answer: resultType {data.get('resultType') if isinstance(data, dict) else None!r}"
-        return res, []
-    obs: list[Observation] = []
-    for series in data["result"]:
-        if not isinstance(series, dict):
-            res.error = "unexpected answer: a series is not an object"
-            return res, []
-        metric = {str(k): str(v) for k, v in (series.get("metric") or {}).items()}
-        name_ = metric.get("__name__", name)
-        labels = {k: v for k, v in metric.items() if k != "__name__"}
-        label_text = "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
-        node = host_of(labels, src.host_labels)
-        res.series += 1
-        for ts, value in series.get("values") or []:
-            try:
-                v = float(value)
-                t = datetime.fromtimestamp(float(ts), tz=timezone.utc)
-            except (TypeError, ValueError):
-                continue
-            obs.append(
-                Observation(
-                    source="metrics",
-                    connector=CONNECTOR,
-                    kind="sample",
-                    node=node,
-                    time=t,
-                    text=f"{name_}{label_text} {value} @{ts}",
-                    series=name_ + label_text,
-                    value=v,
-                    path=f"prometheus:{name}",
-                    attrs={"__name__": name_, "labels": labels},
-                )
+        return None
+    return data["result"]
+
+
+def _samples(series: dict[str, Any], name: str, host_labels: list[str], res: QueryResult) -> list[Observation]:
+    """One series' samples, mapped to a host by its first host-like label; a sample whose time or
+    value is not a number is left out."""
+    metric = {str(k): str(v) for k, v in (series.get("metric") or {}).items()}
+    name_ = metric.get("__name__", name)
+    labels = {k: v for k, v in metric.items() if k != "__name__"}
+    label_text = "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+    node = host_of(labels, host_labels)
+    res.series += 1
+    obs = []
+    for ts, value in series.get("values") or []:
+        try:
+            v = float(value)
+            t = datetime.fromtimestamp(float(ts), tz=timezone.utc)
+        except (TypeError, ValueError):
+            continue
+        obs.append(
+            Observation(
+                source="metrics",
+                connector=CONNECTOR,
+                kind="sample",
+                node=node,
+                time=t,
+                text=f"{name_}{label_text} {value} @{ts}",
+                series=name_ + label_text,
+                value=v,
+                path=f"prometheus:{name}",
+                attrs={"__name__": name_, "labels": labels},
             )
-            res.samples += 1
-    return res, obs
+        )
+    res.samples += len(obs)
+    return obs
+
+
+class QueryCounts(BaseModel):
+    series: int
+    samples: int
+
+
+class PrometheusDetails(Details):
+    step_s: int
+    warnings: list[str]
+    queries: dict[str, QueryCounts]
 
 
 @register(CONNECTOR, PrometheusSource)
 def collect(ctx: CollectContext[PrometheusSource]) -> Collected:
-    started = time.monotonic()
+    cover = Cover(ctx.source, CONNECTOR)
     src, scope = ctx.config, ctx.scope
     start = scope.start - timedelta(seconds=src.lookback_s)
     end = scope.end + timedelta(seconds=src.margin_s)
@@ -169,29 +194,17 @@ def collect(ctx: CollectContext[PrometheusSource]) -> Collected:
         insert_observations(con, obs)
     failed = [r for r in results if r.error]
     warnings = [w for r in results for w in r.warnings]
-    nodes = sorted({o.node for o in obs if o.node})
-    if failed and len(failed) == len(results):
-        status = CoverageStatus.error
-    elif failed or warnings:
-        status = CoverageStatus.partial
-    elif not obs:
-        status = CoverageStatus.empty
-    else:
-        status = CoverageStatus.ok
-    return Collected(
-        Coverage(
-            source=ctx.source,
-            connector=CONNECTOR,
-            status=status,
-            observations=len(obs),
-            nodes=nodes,
-            unparsed=len(failed),
-            error="; ".join(f"{r.name}: {r.error}" for r in failed) or None,
-            duration_ms=int((time.monotonic() - started) * 1000),
-            details={
-                "step_s": step,
-                "warnings": warnings,
-                "queries": {r.name: {"series": r.series, "samples": r.samples} for r in results},
-            },
-        )
+    tally = Tally(
+        observations=len(obs),
+        unparsed=len(failed),
+        gaps=bool(warnings),
+        failed=bool(failed) and len(failed) == len(results),
+        none_in_scope=not obs,
     )
+    details = PrometheusDetails(
+        step_s=step,
+        warnings=warnings,
+        queries={r.name: QueryCounts(series=r.series, samples=r.samples) for r in results},
+    )
+    error = "; ".join(f"{r.name}: {r.error}" for r in failed) or None
+    return cover.judged(tally, nodes=sorted({o.node for o in obs if o.node}), error=error, details=details)

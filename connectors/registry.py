@@ -1,8 +1,9 @@
-"""The connector protocol and its registry.
+"""The connector protocol and its registry (the schedulers' is schedulers.py).
 
 A connector turns one source of evidence into staging rows plus exactly one Coverage record, and
 never raises for bad data (a bad line, file or answer is counted in the coverage record). It is one
-module in this package that registers its configuration model beside its collect function:
+module in this package that registers its configuration model beside its collect function; its
+record is made by coverage.py (one status ladder for every connector):
 
     class JournaldSource(SourceConfig):
         connector: Literal["journald"] = "journald"
@@ -10,14 +11,16 @@ module in this package that registers its configuration model beside its collect
 
     @register("journald", JournaldSource)
     def collect(ctx: CollectContext[JournaldSource]) -> Collected:
+        cover = Cover(ctx.source, "journald")
         ...   # read, stage (staging.lines.stage_lines / staging.observations.insert_observations)
-        return Collected(Coverage(source=ctx.source, connector="journald", status=...))
+        return cover.judged(Tally(observations=n, unparsed=bad, gaps=bool(missing)), details=...)
 
 Errors worth retrying (transport errors, timeouts, 429, 5xx) raise
 contracts.errors.TransientSourceError: the collect step retries them, then records the source as
 `error`/`timeout`. Every module of this package is imported when the registry is first read, so
 adding a source is adding its module: the configuration schema (`clusters.<name>.sources`) is built
-from what registered here.
+from what registered here. (`kind="scheduler"`: a scheduler's own record, configured by the
+cluster's scheduler block; `kind="bundle"`: offline bundles.)
 """
 
 from __future__ import annotations
@@ -99,7 +102,8 @@ def register(
     return add
 
 
-def _load() -> None:
+def load_all() -> None:
+    """Import every module of this package once: each registers its sources and schedulers."""
     global _loaded
     if _loaded:
         return
@@ -111,7 +115,7 @@ def _load() -> None:
 
 
 def connectors() -> dict[str, Connector]:
-    _load()
+    load_all()
     return dict(_REGISTRY)
 
 

@@ -79,50 +79,52 @@ def sacct_observations(
         raise RecordError(f"sacct document holds job(s) {found}, not job {job_id}")
     # Job ids are reused (the id space wraps; a controller that lost its state starts again): of
     # several records under one id, the attempt is the latest submitted, and the others are not its evidence.
-    jobs = [latest_record(jobs)]
-    obs: list[Observation] = []
+    job = latest_record(jobs)
     problems: list[str] = []
-    facts: dict[str, Any] = {"slurm_release": release, "problems": problems}
-    for job in jobs:
-        t = job.get("time") or {}
-        state = _state(job.get("state"))
-        exit_code = _exit(job.get("exit_code"))
-        nodes = expand_hostlist(job.get("nodes"))
-        attrs = {
-            "job_id": str(job.get("job_id")),
-            "name": job.get("name"),
-            "state": state,
-            "reason": (job.get("state") or {}).get("reason") if isinstance(job.get("state"), dict) else None,
-            "exit_code": exit_code,
-            "nodes": nodes,
-            "cluster": job.get("cluster"),
-            "start": _epoch(t.get("start"), problems, "job time.start"),
-            "end": _epoch(t.get("end"), problems, "job time.end"),
-            "restarts": job.get("restart_cnt"),
-            "slurm_release": release,
-            "requeue": (job.get("flags") or []),
-        }
-        obs.append(
-            Observation(
-                source="sacct",
-                connector=connector,
-                kind="sacct_job",
-                time=attrs["end"] or attrs["start"],
-                text=f"job {attrs['job_id']} state={state} "
-                f"exit={exit_code.get('status')}:{exit_code.get('return_code')} nodes={job.get('nodes')}",
-                path=path,
-                attrs=attrs,
-            )
+    attrs = _sacct_job(job, release, problems)
+    exit_code = attrs["exit_code"]
+    obs = [
+        Observation(
+            source="sacct",
+            connector=connector,
+            kind="sacct_job",
+            time=attrs["end"] or attrs["start"],
+            text=f"job {attrs['job_id']} state={attrs['state']} "
+            f"exit={exit_code.get('status')}:{exit_code.get('return_code')} nodes={job.get('nodes')}",
+            path=path,
+            attrs=attrs,
         )
-        facts.update(state=state, nodes=nodes, start=attrs["start"], end=attrs["end"], exit_code=exit_code)
-        steps = job.get("steps") or []
-        for i, step in enumerate(steps if isinstance(steps, list) else []):
-            one = _within(
-                f"step {i}", problems, lambda step=step, job=attrs: _sacct_step(step, job, path, connector, problems)
-            )
-            if one is not None:
-                obs.append(one)
+    ]
+    steps = job.get("steps") or []
+    for i, step in enumerate(steps if isinstance(steps, list) else []):
+        one = _within(f"step {i}", problems, lambda step=step: _sacct_step(step, attrs, path, connector, problems))
+        if one is not None:
+            obs.append(one)
+    facts = {
+        "slurm_release": release,
+        "problems": problems,
+        **{k: attrs[k] for k in ("state", "nodes", "start", "end", "exit_code")},
+    }
     return obs, facts
+
+
+def _sacct_job(job: dict[str, Any], release: str, problems: list[str]) -> dict[str, Any]:
+    """A job record's attributes, as rules read them (records.attrs)."""
+    t = job.get("time") or {}
+    return {
+        "job_id": str(job.get("job_id")),
+        "name": job.get("name"),
+        "state": _state(job.get("state")),
+        "reason": (job.get("state") or {}).get("reason") if isinstance(job.get("state"), dict) else None,
+        "exit_code": _exit(job.get("exit_code")),
+        "nodes": expand_hostlist(job.get("nodes")),
+        "cluster": job.get("cluster"),
+        "start": _epoch(t.get("start"), problems, "job time.start"),
+        "end": _epoch(t.get("end"), problems, "job time.end"),
+        "restarts": job.get("restart_cnt"),
+        "slurm_release": release,
+        "requeue": (job.get("flags") or []),
+    }
 
 
 def _sacct_step(step: Any, attrs: dict[str, Any], path: str, connector: str, problems: list[str]) -> Observation:

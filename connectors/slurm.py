@@ -1,4 +1,5 @@
-"""Slurm connector: scope a job attempt and collect its scheduler record.
+"""Slurm: scope a job attempt, collect its scheduler record, find the attempts that failed, read
+the completion notice of deployments/slurm/attribution-hook. Its states: data/slurm_states.csv.
 
 Two ways in, the same answer: slurmrestd (JWT; the API version is negotiated from what the
 server's /openapi offers) or the CLI (`sacct --json`, `sacct -P`) with a subprocess deadline.
@@ -13,19 +14,21 @@ import json
 import os
 import re
 import subprocess
-import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from workload_attribution.connectors import scheduler_records as sr
+from workload_attribution.connectors.coverage import Cover, Tally
 from workload_attribution.connectors.http import http_get
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
+from workload_attribution.connectors.schedulers import DATA, Notice, Scheduler, StateTable, Webhook, register_scheduler
 from workload_attribution.contracts.errors import BadInput, SourceError, TransientSourceError, first_line
 from workload_attribution.contracts.hostlist import expand_hostlist
-from workload_attribution.contracts.identity import SLURM_JOB_ID
-from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus
+from workload_attribution.contracts.identity import NAME_PATTERN, AttemptId, EndedAttempt, Target
+from workload_attribution.contracts.models import AttemptScope, CoverageStatus, Details, Observation
+from workload_attribution.contracts.vocabulary import Source
 from workload_attribution.staging.database import connected
 from workload_attribution.staging.observations import insert_observations
 
@@ -34,7 +37,9 @@ if TYPE_CHECKING:  # at run time httpx is imported where a request is made: the 
 
 CONNECTOR = "slurm"
 KNOWN_VERSIONS = ["v0.0.41", "v0.0.40", "v0.0.39", "v0.0.38"]
-FAILED_STATES = ["FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "PREEMPTED", "BOOT_FAIL", "DEADLINE"]
+STATES = StateTable.load(DATA / "slurm_states.csv")
+# A Slurm job id: digits, optionally _array or +het (ASCII only: \d takes digits of any script).
+SLURM_JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9})?(?:\+[0-9]{1,6})?")
 
 
 class SlurmError(SourceError):
@@ -71,6 +76,13 @@ def _job_id_ok(job_id: str) -> str:
     if not SLURM_JOB_ID.fullmatch(str(job_id)):  # ASCII digits only
         raise NotASlurmJob(f"not a Slurm job id: {job_id!r}")
     return str(job_id)
+
+
+def check_job_id(job_id: str) -> str:
+    """A job id in the form Slurm writes it, or ValueError naming the form."""
+    if not SLURM_JOB_ID.fullmatch(job_id):
+        raise ValueError(f"not a Slurm job id: {job_id!r} (digits, optionally _array or +het)")
+    return job_id
 
 
 class Rest:
@@ -194,30 +206,19 @@ def scope_job(
     require_ended: bool = False,
 ) -> AttemptScope:
     """The attempt's scope from accounting. `require_ended` (set by completion triggers): a job that
-    accounting still shows running is not yet recorded, so the caller retries instead of scoping a
-    half-known attempt."""
+    accounting does not show ended yet (slurm_states.csv) is not yet recorded, so the caller retries
+    instead of scoping a half-known attempt."""
     doc, exit_code = job_document(src, job_id, transport)
     if isinstance(doc, dict) and not [j for j in doc.get("jobs") or [] if str(j.get("job_id")) == str(job_id)]:
         raise NotYetRecorded(f"job {job_id} is not in Slurm accounting (yet)")
     job_rec = sr.latest_record([j for j in doc["jobs"] if str(j.get("job_id")) == str(job_id)])
-    if require_ended and sr._state(job_rec.get("state")).split()[0] in ("RUNNING", "PENDING", "COMPLETING", "REQUEUED"):
+    if require_ended and not STATES.ended(sr._state(job_rec.get("state"))):
         raise NotYetRecorded(
             f"job {job_id} has not ended in Slurm accounting yet (state {sr._state(job_rec.get('state'))})"
         )
     obs, facts = sr.sacct_observations(doc, job_id, "slurm", CONNECTOR)
-    # Right after a job ends, its accounting record can list only the nodes still completing while
-    # its steps' records name the whole allocation (seen with Slurm 22.05 a second after the end):
-    # a completion trigger waits for the record to settle; the steps' nodes belong to the attempt anyway.
-    step_nodes = sorted({n for o in obs if o.kind == "sacct_step" for n in o.attrs.get("nodes") or []})
-    outside = sorted(set(step_nodes) - set(facts.get("nodes") or []))
-    if outside and require_ended:
-        raise NotYetRecorded(
-            f"job {job_id}: accounting lists nodes {facts.get('nodes')} but its steps ran on "
-            f"{outside} too (record not settled yet)"
-        )
-    if outside:
-        facts["nodes"] = sorted(set(facts.get("nodes") or []) | set(outside))
-    if not facts.get("nodes"):
+    facts["nodes"] = _allocated(job_id, obs, facts.get("nodes") or [], require_ended)
+    if not facts["nodes"]:
         raise SlurmError(f"job {job_id} never ran on a node (state {facts.get('state')})")
     job = next(o for o in obs if o.kind == "sacct_job").attrs
     end = facts.get("end") or datetime.now(timezone.utc)
@@ -235,90 +236,80 @@ def scope_job(
     )
 
 
-@register(CONNECTOR, SlurmSource, kind="scheduler")
-def collect(ctx: CollectContext[SlurmSource]) -> Collected:
-    """The job's accounting record (source `sacct`)."""
-    started = time.monotonic()
-    src, scope, transport = ctx.config, ctx.scope, ctx.transport
-    try:
-        doc, exit_code = job_document(src, scope.job_id, transport)
-        if (
-            isinstance(doc, dict)
-            and isinstance(doc.get("jobs"), list)
-            and not [j for j in doc["jobs"] if isinstance(j, dict) and str(j.get("job_id")) == str(scope.job_id)]
-        ):
-            return Collected(
-                Coverage(
-                    source=ctx.source,
-                    connector=CONNECTOR,
-                    status=CoverageStatus.empty,
-                    error=f"job {scope.job_id} is not in Slurm accounting",
-                    duration_ms=int((time.monotonic() - started) * 1000),
-                )
-            )
-        obs, facts = sr.sacct_observations(doc, scope.job_id, f"slurm:{'rest' if src.rest_url else 'sacct'}", CONNECTOR)
-    except (SlurmError, NotASlurmJob, sr.RecordError, json.JSONDecodeError) as exc:
-        return Collected(
-            Coverage(
-                source=ctx.source,
-                connector=CONNECTOR,
-                status=CoverageStatus.error,
-                error=first_line(exc),
-                duration_ms=int((time.monotonic() - started) * 1000),
-            )
+def _allocated(job_id: str, obs: list[Observation], nodes: list[str], require_ended: bool) -> list[str]:
+    """The job's nodes with its steps'. Right after a job ends, its accounting record can list only
+    the nodes still completing while its steps' records name the whole allocation (seen with Slurm
+    22.05 a second after the end): a completion trigger waits for the record to settle; the steps'
+    nodes belong to the attempt anyway."""
+    step_nodes = sorted({n for o in obs if o.kind == "sacct_step" for n in o.attrs.get("nodes") or []})
+    outside = sorted(set(step_nodes) - set(nodes))
+    if outside and require_ended:
+        raise NotYetRecorded(
+            f"job {job_id}: accounting lists nodes {nodes} but its steps ran on {outside} too (record not settled yet)"
         )
+    return sorted(set(nodes) | set(outside)) if outside else nodes
+
+
+class SlurmDetails(Details):
+    slurm_release: str | None
+    exit_code: str | None
+    via: Literal["slurmrestd", "sacct"]
+
+
+def _in_accounting(doc: Any, job_id: str) -> bool:
+    """False only for a well-formed answer without the job (an empty answer, not a broken one)."""
+    if not (isinstance(doc, dict) and isinstance(doc.get("jobs"), list)):
+        return True
+    return any(isinstance(j, dict) and str(j.get("job_id")) == str(job_id) for j in doc["jobs"])
+
+
+def _raw_exit(obs: list[Observation], exit_code: str | None) -> None:
+    """The true exit code ('rc:signal', from the raw wait status) replaces the one sacct --json parsed."""
     for o in obs:
         if o.kind == "sacct_job" and exit_code:
             rc, _, sig = exit_code.partition(":")
             o.attrs["exit_code_parsed"] = o.attrs.get("exit_code")
             o.attrs["exit_code"] = {"status": "RAW", "return_code": int(rc or 0), "signal": int(sig or 0)}
             o.attrs["exit_code_text"] = exit_code
+
+
+@register(CONNECTOR, SlurmSource, kind="scheduler")
+def collect(ctx: CollectContext[SlurmSource]) -> Collected:
+    """The job's accounting record (source `sacct`)."""
+    cover = Cover(ctx.source, CONNECTOR)
+    src, scope = ctx.config, ctx.scope
+    try:
+        doc, exit_code = job_document(src, scope.job_id, ctx.transport)
+        if not _in_accounting(doc, scope.job_id):
+            return cover.outcome(CoverageStatus.empty, f"job {scope.job_id} is not in Slurm accounting")
+        obs, facts = sr.sacct_observations(doc, scope.job_id, f"slurm:{'rest' if src.rest_url else 'sacct'}", CONNECTOR)
+    except (SlurmError, NotASlurmJob, sr.RecordError, json.JSONDecodeError) as exc:
+        return cover.outcome(CoverageStatus.error, first_line(exc))
+    _raw_exit(obs, exit_code)
     with connected(ctx.staging) as con:
         insert_observations(con, obs)
-    return Collected(
-        Coverage(
-            source=ctx.source,
-            connector=CONNECTOR,
-            status=CoverageStatus.ok,
-            observations=len(obs),
-            nodes=facts.get("nodes") or [],
-            duration_ms=int((time.monotonic() - started) * 1000),
-            details={
-                "slurm_release": facts.get("slurm_release"),
-                "exit_code": exit_code,
-                "via": "slurmrestd" if src.rest_url else "sacct",
-            },
-        )
+    via: Literal["slurmrestd", "sacct"] = "slurmrestd" if src.rest_url else "sacct"
+    return cover.judged(
+        Tally(observations=len(obs)),
+        nodes=facts.get("nodes") or [],
+        details=SlurmDetails(slurm_release=facts.get("slurm_release"), exit_code=exit_code, via=via),
     )
 
 
 def discover_failed(
     src: SlurmSource, start: datetime, end: datetime, transport: httpx.BaseTransport | None = None
 ) -> list[dict[str, Any]]:
-    """Attempts that ended in a failure state inside [start, end): for backfills."""
+    """Attempts that ended in a failure state (slurm_states.csv) inside [start, end): for backfills."""
     if src.rest_url:
         doc = Rest(src, transport).db_jobs(start, end)
     else:
-        doc = json.loads(
-            _run(
-                src,
-                [
-                    "--json",
-                    "-X",
-                    "-S",
-                    _slurm_time(start),
-                    "-E",
-                    _slurm_time(end),
-                    "--state",
-                    ",".join(FAILED_STATES),
-                ],
-            )
-        )
+        window = ["-S", _slurm_time(start), "-E", _slurm_time(end)]
+        doc = json.loads(_run(src, ["--json", "-X", *window, "--state", ",".join(STATES.failure_states())]))
     out = []
     for job in doc.get("jobs") or []:
         state = sr._state(job.get("state"))
         ended = sr._epoch((job.get("time") or {}).get("end"))
-        if state.split()[0] in FAILED_STATES and ended and start <= ended < end:
+        if STATES.failed(state) and ended and start <= ended < end:
             out.append(
                 {
                     "job_id": str(job.get("job_id")),
@@ -329,3 +320,65 @@ def discover_failed(
                 }
             )
     return sorted(out, key=lambda j: j["end"])
+
+
+# ------------------------------------------------------------------------------ as a scheduler
+
+
+def scope(src: SlurmSource, target: Target) -> AttemptScope:
+    return scope_job(src, target.cluster or "", target.job_id or "", require_ended=target.trigger == "completion")
+
+
+def discover(src: SlurmSource, cluster: str, since: datetime, until: datetime) -> list[EndedAttempt]:
+    return [
+        EndedAttempt.recorded(
+            AttemptId(cluster=cluster, scheduler="slurm", job_id=j["job_id"], attempt=int(j["restarts"] or 0)),
+            j["end"],
+        )
+        for j in discover_failed(src, since, until)
+    ]
+
+
+class SlurmJobEvent(BaseModel):
+    """What deployments/slurm/attribution-hook sends when a job ends (jobcomp/script)."""
+
+    model_config = ConfigDict(extra="forbid", str_max_length=4096)
+
+    cluster: str = Field(pattern=NAME_PATTERN)
+    job_id: str = Field(pattern=f"^{SLURM_JOB_ID.pattern}$")
+    state: str = Field(pattern=r"^[A-Z_]{3,32}(?: by \d{1,10})?$", description="JOBSTATE, e.g. FAILED, NODE_FAIL")
+    attempt: int = Field(0, ge=0, le=100000, description="the job's restart count when known")
+    nodes: str | None = Field(None, max_length=65536, description="Slurm hostlist expression")
+    exit_code: str | None = Field(None, pattern=r"^-?\d{1,5}(?::-?\d{1,5})?$")
+    start: datetime | None = None
+    end: datetime | None = None
+    partition: str | None = Field(None, pattern=NAME_PATTERN)
+    user: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    diagnose: bool = Field(False, description="diagnose even if the job completed")
+
+
+def read_notice(event: SlurmJobEvent) -> Notice:
+    attempt = AttemptId(cluster=event.cluster, scheduler="slurm", job_id=event.job_id, attempt=event.attempt)
+    return Notice(
+        Target.completed(attempt), not STATES.completed(event.state), f"job {event.state}", asked=event.diagnose
+    )
+
+
+SLURM = register_scheduler(
+    Scheduler(
+        name="slurm",
+        scope=scope,
+        states=STATES,
+        config=SlurmSource,
+        records=(Source.sacct.value, CONNECTOR),
+        job_id=check_job_id,
+        discover=discover,
+        webhook=Webhook(
+            "slurm",
+            SlurmJobEvent,
+            read_notice,
+            "a Slurm job",
+            "A Slurm job ended (sent by deployments/slurm/attribution-hook). Failed -> diagnosed.",
+        ),
+    )
+)

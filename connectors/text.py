@@ -22,7 +22,7 @@ from pathlib import Path
 
 import duckdb
 
-from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus
+from workload_attribution.contracts.models import AttemptScope, Coverage, CoverageStatus, Details
 from workload_attribution.staging.database import contains_any, naive_utc, render
 from workload_attribution.staging.files import (
     COMPRESSED_SUFFIXES,
@@ -43,6 +43,33 @@ WINDOW_SLACK = timedelta(hours=1)
 HEAD_LINES = 8
 # A head or tail line is kept this long (characters).
 SHOWN = 4096
+
+
+class LogFileDetails(Details):
+    """A bundle's log folder (logs/<source>/), as scanned."""
+
+    matched_lines: int
+    lines_with_bad_bytes: int
+    long_lines: int
+    truncated_bytes: int
+    missing_nodes: list[str]
+    refused: list[str]
+    not_read: list[str]
+    corrupt_archives: list[str]
+    blank_files: list[str]
+    outside_window: list[str] = []  # filled once the lines' times are parsed (apply_spans)
+
+
+class HostFileDetails(Details):
+    """Per-host files of a shared filesystem (the files connector), as scanned."""
+
+    matched_lines: int
+    missing_nodes: list[str]
+    long_lines: int
+    truncated_bytes: int
+    not_read: list[str]
+    blank_files: list[str]
+    outside_window: list[str] = []  # filled once the lines' times are parsed (apply_spans)
 
 
 @dataclass(frozen=True)
@@ -287,15 +314,17 @@ def apply_spans(
         if first is not None and last is not None and (_before(last, start) or _before(end, first)):
             outside.add(path)
             shown.append(f"{path} ({_day(first)} .. {_day(last)})")
+    details = cov.details
     if not outside or cov.status.value not in ("ok", "partial", "empty"):
         return
-    blank = set(cov.details.get("blank_files") or [])
+    if not isinstance(details, (LogFileDetails, HostFileDetails)):  # only scanned files have spans
+        return
+    blank = set(details.blank_files)
     usable = [node for _, path, node, _, _ in mine if path not in outside and path not in blank]
     lost = sorted(set(cov.nodes) - set(usable))
     cov.nodes = sorted(set(cov.nodes) & set(usable))
-    cov.details["outside_window"] = shown
-    if "missing_nodes" in cov.details:
-        cov.details["missing_nodes"] = sorted(set(cov.details["missing_nodes"]) | set(lost))
+    details.outside_window = shown
+    details.missing_nodes = sorted(set(details.missing_nodes) | set(lost))
     why = f"{len(shown)} file(s) with every line outside the attempt's window: {', '.join(shown[:10])}"
     cov.error = f"{cov.error}; {why}" if cov.error else why
     cov.status = CoverageStatus.partial if usable else CoverageStatus.empty

@@ -1,43 +1,43 @@
-"""One attempt's identity, built in one place.
+"""One attempt's identity, and what is asked to be diagnosed, built in one place.
 
 `AttemptId` names an attempt (cluster, scheduler, job id, restart count): the idempotency key of its
 flow run, the warehouse's key, the diagnosis id. `Target` is what is asked to be diagnosed: an
-attempt known to a scheduler, an explicit nodes + window scope, or an attempt bundle on disk; it is
-the one parameter of the `attribute-attempt` flow and what the CLI, the HTTP service and the
-backfill hand over.
+attempt known to a scheduler, an explicit nodes + window scope (`Window`), or an attempt bundle on
+disk; it is the one parameter of the `attribute-attempt` flow and what the CLI, the HTTP service and
+the backfill hand over. `EndedAttempt` is an attempt a backfill found: its identity, the target that
+diagnoses it, when it ended.
+
+Which schedulers exist is the scheduler registry's to say (connectors/schedulers.py): here a
+scheduler is a name, and `static` the one of an explicit scope, which no scheduler recorded.
 """
 
 from __future__ import annotations
 
-import re
+import hashlib
 import uuid
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from workload_attribution.contracts.vocabulary import Scheduler
-
 # Cluster and host names as the rest of the system accepts them (ASCII, no separators).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
-SLURM_JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9})?(?:\+[0-9]{1,6})?")  # ASCII only: \d takes digits of any script
-K8S_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?")  # RFC 1123 subdomain
-K8S_NAMESPACE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")  # RFC 1123 label
+# A scheduler's name: the word in AttemptScope.scheduler, a cluster's `scheduler:` and the registry.
+SCHEDULER_PATTERN = r"^[a-z][a-z0-9_]{0,31}$"
+STATIC = "static"  # the scheduler of an explicit nodes + window scope, or of a bundle without records
+MAX_JOB_ID = 2000
 _NAMESPACE = uuid.UUID("6f1c1a52-9a51-4d6b-9d4e-3c8b1c1f7a10")
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+SchedulerName = Annotated[str, Field(pattern=SCHEDULER_PATTERN)]
 
 
-def check_job_id(scheduler: str, job_id: str) -> str:
-    """A scheduler's job id in the form that scheduler writes, or ValueError naming the form."""
-    if scheduler == Scheduler.slurm and not SLURM_JOB_ID.fullmatch(job_id):
-        raise ValueError(f"not a Slurm job id: {job_id!r} (digits, optionally _array or +het)")
-    if scheduler == Scheduler.kueue:
-        namespace, _, name = job_id.rpartition("/")
-        if (namespace and not K8S_NAMESPACE.fullmatch(namespace)) or not K8S_NAME.fullmatch(name):
-            raise ValueError(f"not a Kubernetes workload name: {job_id!r} ([namespace/]name, RFC 1123)")
-    if not job_id or len(job_id) > 2000 or any(ord(c) < 0x20 or ord(c) == 0x7F for c in job_id):
-        raise ValueError("a job id is 1-2000 printable characters")
+def printable_job_id(job_id: str) -> str:
+    """A job id as any scheduler may write it: 1-2000 characters, none of them a control character.
+    A scheduler's own form (digits for Slurm, RFC 1123 names for Kueue) is its module's to check."""
+    if not job_id or len(job_id) > MAX_JOB_ID or any(ord(c) < 0x20 or ord(c) == 0x7F for c in job_id):
+        raise ValueError(f"a job id is 1-{MAX_JOB_ID} printable characters")
     return job_id
 
 
@@ -47,23 +47,21 @@ class AttemptId(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster: Name
-    scheduler: Scheduler
+    scheduler: SchedulerName
     job_id: str
     attempt: int = Field(0, ge=0, le=1_000_000)
 
     @field_validator("job_id")
     @classmethod
     def _printable(cls, value: str) -> str:
-        # The scheduler's own form is checked where a job id comes in from outside (Target); an
-        # exported bundle names its job as its site does.
-        if not value or len(value) > 2000 or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-            raise ValueError("a job id is 1-2000 printable characters")
-        return value
+        # The scheduler's own form is checked where a job id comes in from outside (the scheduler's
+        # module, asked by the service); an exported bundle names its job as its site does.
+        return printable_job_id(value)
 
     @property
     def key(self) -> str:
         """`<cluster>:<scheduler>:<job_id>:<attempt>`: the flow run's idempotency key."""
-        return f"{self.cluster}:{self.scheduler.value}:{self.job_id}:{self.attempt}"
+        return f"{self.cluster}:{self.scheduler}:{self.job_id}:{self.attempt}"
 
     @property
     def diagnosis_id(self) -> str:
@@ -100,8 +98,12 @@ class Window(BaseModel):
 
     @property
     def job_id(self) -> str:
-        """The job id an explicit scope is known by (no scheduler gave it one)."""
-        return f"{','.join(self.nodes)}@{self.start.isoformat()}"
+        """The job id an explicit scope is known by (no scheduler gave it one): a digest of its sorted
+        hosts and its window, so that any allocation has a short id and the same hosts over the same
+        window, however listed or zoned, are the same attempt. The hosts stay in the scope as data."""
+        utc = [t.astimezone(timezone.utc).isoformat() for t in (self.start, self.end)]
+        digest = hashlib.sha256("\n".join([*sorted(self.nodes), *utc]).encode()).hexdigest()
+        return f"nodes-{digest[:24]}"
 
 
 class Target(BaseModel):
@@ -113,7 +115,7 @@ class Target(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cluster: Name | None = None
-    job_id: str | None = Field(None, max_length=2000)
+    job_id: str | None = Field(None, max_length=MAX_JOB_ID)
     attempt: int | None = Field(None, ge=0, le=1_000_000, description="the restart count the trigger reported")
     window: Window | None = None
     bundle: str | None = Field(None, max_length=4096)
@@ -128,22 +130,41 @@ class Target(BaseModel):
             raise ValueError("job_id has control characters")
         return self
 
-    def attempt_id(self, scheduler: Scheduler | str) -> AttemptId:
-        """The identity this target will be diagnosed under (not for bundles: theirs is in attempt.yaml)."""
+    @classmethod
+    def completed(cls, attempt: AttemptId) -> Target:
+        """The target of an attempt its scheduler recorded as ended (a completion notice, a backfill)."""
+        return cls(cluster=attempt.cluster, job_id=attempt.job_id, attempt=attempt.attempt, trigger="completion")
+
+    def attempt_id(self, scheduler: str) -> AttemptId:
+        """The identity this target is diagnosed under on a cluster of `scheduler` (not for bundles:
+        theirs is in attempt.yaml); a window's scheduler is `static` whatever the cluster's."""
         if self.bundle or self.cluster is None:
             raise ValueError("a bundle's identity is in its attempt.yaml; a job or window needs its cluster")
         if self.window is not None:
-            return AttemptId(cluster=self.cluster, scheduler=Scheduler.static, job_id=self.window.job_id, attempt=0)
-        sched = Scheduler(scheduler)
-        return AttemptId(
-            cluster=self.cluster,
-            scheduler=sched,
-            job_id=check_job_id(sched, self.job_id or ""),
-            attempt=self.attempt or 0,
-        )
+            return AttemptId(cluster=self.cluster, scheduler=STATIC, job_id=self.window.job_id, attempt=0)
+        return AttemptId(cluster=self.cluster, scheduler=scheduler, job_id=self.job_id or "", attempt=self.attempt or 0)
 
     def describe(self) -> str:
         if self.bundle:
             return f"bundle:{self.bundle.rstrip('/').rsplit('/', 1)[-1]}"
         what = self.job_id or ",".join(self.window.nodes if self.window else [])[:60]
         return f"{self.cluster or 'default'}:{what}" + (f":{self.attempt}" if self.attempt is not None else "")
+
+
+@dataclass(frozen=True)
+class EndedAttempt:
+    """An attempt found to have ended (a backfill's discovery, from a scheduler or a tree of
+    bundles): who it is, the target that diagnoses it, when it ended."""
+
+    id: AttemptId
+    target: Target
+    end: datetime | None = None
+
+    @classmethod
+    def recorded(cls, attempt: AttemptId, end: datetime | None) -> EndedAttempt:
+        """An attempt its scheduler recorded: diagnosed as a completion notice would have it."""
+        return cls(attempt, Target.completed(attempt), end)
+
+    @property
+    def key(self) -> str:
+        return self.id.key

@@ -10,15 +10,24 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializeAsAny,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
-from workload_attribution.contracts.identity import AttemptId
+from workload_attribution.contracts.identity import AttemptId, SchedulerName
 from workload_attribution.contracts.vocabulary import (
     Action,
     Confidence,
     CoverageStatus,
     Role,
-    Scheduler,
     SubDomain,
     TerminalState,
     check_pair,
@@ -30,6 +39,7 @@ __all__ = [
     "Candidate",
     "Confidence",
     "Coverage",
+    "CoverageDetails",
     "CoverageStatus",
     "Diagnosis",
     "Evidence",
@@ -72,7 +82,7 @@ class AttemptScope(Contract):
     """One workload attempt: who ran where, when, and how the scheduler says it ended."""
 
     cluster: str = Field(min_length=1, max_length=256)
-    scheduler: Scheduler
+    scheduler: SchedulerName
     job_id: str = Field(min_length=1, max_length=2000)
     attempt: int = Field(ge=0, le=1_000_000, description="restart count (a requeue or Kueue requeue)")
     name: str | None = Field(default=None, max_length=1024)
@@ -135,8 +145,34 @@ class AttemptScope(Contract):
         return AttemptId(cluster=self.cluster, scheduler=self.scheduler, job_id=self.job_id, attempt=self.attempt)
 
 
+class CoverageDetails(BaseModel):
+    """What a coverage record says beyond its counts. Each connector writes its own model (a
+    subclass naming its keys: LogFileDetails, LokiDetails ...); read back from a diagnosis' JSON,
+    the keys are kept as they were written. `lines_with_time_out_of_range` is normalisation's, for
+    any source with lines stamped outside 1970..2200: written last, and only when there are some."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    lines_with_time_out_of_range: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _normalisation_last(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        out = handler(self)
+        late = out.pop("lines_with_time_out_of_range", None)
+        if late is not None:
+            out["lines_with_time_out_of_range"] = late
+        return out
+
+
+class Details(CoverageDetails):
+    """Base of a connector's own details model: its keys, and no other."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class Coverage(Contract):
-    """What one source delivered for this attempt. Every configured source gets one, whatever happened."""
+    """What one source delivered for this attempt. Every configured source gets one, whatever happened.
+    connectors/coverage.py builds it (one status ladder for every connector)."""
 
     source: str
     connector: str
@@ -147,7 +183,7 @@ class Coverage(Contract):
     files: int = 0
     error: str | None = None
     duration_ms: int = 0
-    details: dict[str, Any] = Field(default_factory=dict)
+    details: SerializeAsAny[CoverageDetails] = Field(default_factory=CoverageDetails)
 
 
 class Observation(Contract):

@@ -21,10 +21,19 @@ class Vocabulary(str, Enum):
         return [m.value for m in cls]
 
 
-class Scheduler(Vocabulary):
-    slurm = "slurm"
-    kueue = "kueue"
-    static = "static"  # no scheduler: an explicit nodes + window scope, or a bundle without records
+class Source(Vocabulary):
+    """The sources of an attempt's evidence, by what they hold. The bundle format holds each (in this
+    order, the order of a diagnosis' coverage); a configured source collects one of them."""
+
+    app = "app"  # the workload's own output, per host
+    syslog = "syslog"  # the kernel and the daemons, per host (syslog, journald)
+    fabricmanager = "fabricmanager"  # NVIDIA Fabric Manager, per host
+    scheduler_log = "scheduler_log"  # the scheduler's daemons (slurmctld, slurmd)
+    sacct = "sacct"  # Slurm's accounting record of the job and its steps
+    kueue = "kueue"  # the Kueue Workload, its pods, their nodes and events
+    metrics = "metrics"  # metric samples (Prometheus, DCGM)
+    topology = "topology"  # the fabric's cabling: which host sits under which switch port
+    scope = "scope"  # the attempt's scope itself (attempt.yaml's state line)
 
 
 class TerminalState(Vocabulary):

@@ -1,12 +1,12 @@
 """Prefect flow `attribute-attempt`: one failed attempt -> one diagnosis in the warehouse.
 
-The story (flows/pipeline.py): scope -> collect (every source in parallel) -> store -> attribute
+The story (flows/pipeline.py): scope -> collect (every source in parallel) -> normalise -> attribute
 -> publish. A step is a Prefect task run where Prefect adds something to it: scoping and each
 source's collection talk to schedulers and services that fail transiently, so each is a task run,
 retried on transient errors only (TransientSourceError: transport errors, 429, 5xx), the sources
 submitted in parallel, each with its own state. A source with nothing to collect (not in the
 bundle, no file for any host) is not a task run: its coverage record says so, made by the same
-connector code. Store, attribute and publish work on this process's own staging database and
+connector code. Normalise, attribute and publish work on this process's own staging database and
 warehouse connection, with nothing to retry: they are plain calls, each one line of the flow run's
 log with what it did and how long it took (a task run is three events and a log line on the Prefect
 server for each step of each attempt; on a fleet's storm of failures that is the server's load).
@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect import flow, task
 from prefect.cache_policies import NONE
@@ -33,11 +34,19 @@ from prefect.utilities.annotations import quote
 from workload_attribution.contracts.errors import TransientSourceError
 from workload_attribution.contracts.identity import Target
 from workload_attribution.flows.config import load_config
-from workload_attribution.flows.pipeline import RETRY_DELAYS_S, Options, attribute_story, resolve
+from workload_attribution.flows.pipeline import RETRY_DELAYS_S, Future, Options, attribute_story, resolve
 from workload_attribution.tasks import steps
 
+if TYPE_CHECKING:
+    from workload_attribution.connectors.clusters import Cluster
+    from workload_attribution.connectors.registry import Collected
+    from workload_attribution.contracts.models import Coverage, Diagnosis
+    from workload_attribution.rules.engine import Settings
+    from workload_attribution.rules.pack import Pack
+    from workload_attribution.tasks.steps import ScopedAttempt
 
-def _retry_transient(task, task_run, state) -> bool:
+
+def _retry_transient(task: Any, task_run: Any, state: Any) -> bool:
     try:
         state.result()
     except TransientSourceError:
@@ -61,22 +70,16 @@ collect_task = task(
 )(steps.collect_source)
 
 
-def nothing_to_collect(scoped: steps.Scoped, source: str) -> bool:
+def nothing_to_collect(scoped: ScopedAttempt, source: str) -> bool:
     """True when a source has no input at all: a bundle without the source's files or folder, a
     files source with no file for any host. Its collection only writes the coverage record that
     says so (unavailable, skipped): no retry can change that, so it needs no task run."""
     connector, sourced = scoped.sources[source]
     config: Any = sourced  # bundle and files configs both carry a path
     if connector == "bundle":
-        from workload_attribution.connectors import bundle as b
+        from workload_attribution.connectors.bundle import source_paths
 
-        root = Path(config.path)
-        paths = {
-            "sacct": [root / "scheduler" / "sacct.json"],
-            "kueue": [root / "scheduler" / name for name in b.KUEUE_FILES],
-            "metrics": [root / "metrics"],
-            "topology": [root / "topology.yaml"],
-        }.get(source) or ([root / b.TEXT_SOURCES[source]] if source in b.TEXT_SOURCES else [])
+        paths = source_paths(Path(config.path), source)
         return bool(paths) and not any(os.path.lexists(p) for p in paths)
     if connector == "files":
         return not any(os.path.lexists(config.path.replace("{host}", h)) for h in scoped.scope.nodes)
@@ -86,11 +89,13 @@ def nothing_to_collect(scoped: steps.Scoped, source: str) -> bool:
 class _Done:
     """The result of a step run in the flow's thread, as a future."""
 
-    def __init__(self, fn, *args):
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.value: Any = None
+        self.error: Exception | None = None
         try:
-            self.value, self.error = fn(*args), None
+            self.value = fn(*args)
         except Exception as exc:  # what a failed task's future would raise
-            self.value, self.error = None, exc
+            self.error = exc
 
     def result(self) -> Any:
         if self.error is not None:
@@ -98,7 +103,7 @@ class _Done:
         return self.value
 
 
-def _logged(step: str, fn, *args, said=lambda r: ""):
+def _logged(step: str, fn: Callable[..., Any], *args: Any, said: Callable[[Any], str] = lambda r: "") -> Any:
     """A step run in the flow run itself: one log line with what it did and its seconds."""
     from prefect.logging import get_run_logger
 
@@ -108,50 +113,42 @@ def _logged(step: str, fn, *args, said=lambda r: ""):
     return result
 
 
-class PrefectRunner:
-    def scope(self, target, cluster):
-        return scope_task(quote(target), quote(cluster))
+def _coverage_said(coverage: list[Coverage]) -> str:
+    return ": " + ", ".join(f"{c.source} {c.status.value} ({c.observations} observations)" for c in coverage)
 
-    def collect(self, scoped, source, pack):
+
+def _verdict_said(d: Diagnosis) -> str:
+    root = f"root {d.root_cause.symptom} on {d.root_cause.node or '-'}" if d.root_cause else "no root"
+    return f": {d.terminal_state.value}/{d.sub_domain.value}, {root}"
+
+
+def _as_is(value: Any) -> Any:
+    """A task argument Prefect hands over as it is, never walked for futures (quote)."""
+    return quote(value)
+
+
+class PrefectRunner:
+    def scope(self, target: Target, cluster: Cluster | None) -> ScopedAttempt:
+        return scope_task(_as_is(target), _as_is(cluster))
+
+    def collect(self, scoped: ScopedAttempt, source: str, pack: Pack) -> Future:
         if nothing_to_collect(scoped, source):
             return _Done(steps.collect_source, scoped, source, pack)
-        return collect_task.submit(quote(scoped), source, quote(pack))
+        return collect_task.submit(_as_is(scoped), source, _as_is(pack))
 
-    def store(self, scoped, results):
-        return _logged(
-            "store",
-            steps.store_observations,
-            scoped,
-            results,
-            said=lambda cov: (
-                ": " + ", ".join(f"{c.source} {c.status.value} ({c.observations} observations)" for c in cov)
-            ),
-        )
+    def normalize(self, scoped: ScopedAttempt, results: list[Collected]) -> list[Coverage]:
+        return _logged("normalize", steps.normalize_collected, scoped, results, said=_coverage_said)
 
-    def attribute(self, scoped, coverage, pack, settings, notes):
-        return _logged(
-            "attribute",
-            steps.attribute,
-            scoped,
-            coverage,
-            pack,
-            settings,
-            notes,
-            said=lambda d: (
-                f": {d.terminal_state.value}/{d.sub_domain.value}, "
-                + (f"root {d.root_cause.symptom} on {d.root_cause.node or '-'}" if d.root_cause else "no root")
-            ),
-        )
+    def attribute(
+        self, scoped: ScopedAttempt, coverage: list[Coverage], pack: Pack, settings: Settings, notes: list[str]
+    ) -> Diagnosis:
+        return _logged("attribute", steps.attribute, scoped, coverage, pack, settings, notes, said=_verdict_said)
 
-    def publish(self, diagnosis, warehouse, scoped):
-        return _logged(
-            "publish",
-            steps.publish,
-            diagnosis,
-            warehouse,
-            scoped,
-            said=lambda d: f": diagnosis {d.diagnosis_id} to the warehouse" if warehouse else ": not stored",
-        )
+    def publish(self, diagnosis: Diagnosis, warehouse: str | None, scoped: ScopedAttempt) -> Diagnosis:
+        def said(d: Diagnosis) -> str:
+            return f": diagnosis {d.diagnosis_id} to the warehouse" if warehouse else ": not stored"
+
+        return _logged("publish", steps.publish, diagnosis, warehouse, scoped, said=said)
 
 
 def _run_name() -> str:

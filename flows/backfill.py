@@ -1,7 +1,7 @@
 """Backfill: find the failed attempts of a window, diagnose those the warehouse lacks or holds
 under an older rules version, with a concurrency limit; finish with a summary.
 
-    discover (Slurm accounting, Kueue workloads, or a directory tree of bundles)
+    discover (each cluster's scheduler: Slurm accounting, Kueue workloads ...; or a directory tree of bundles)
       -> plan (skip: already diagnosed by these rules; redo: older rules; new)
       -> diagnose each (at most `concurrency` at once) -> maintain the warehouse -> summary
 
@@ -27,31 +27,18 @@ from pathlib import Path
 from typing import Any
 
 from workload_attribution.contracts.errors import BadInput, SourceError, first_line
-from workload_attribution.contracts.identity import AttemptId, Target
+from workload_attribution.contracts.identity import AttemptId, EndedAttempt, Target
 from workload_attribution.contracts.times import parse_when
-from workload_attribution.flows.config import Config, load_config
+from workload_attribution.flows.config import ClusterConfig, Config, load_config
 from workload_attribution.flows.inline import attribute_inline
 from workload_attribution.flows.pipeline import load_rules, resolve
 from workload_attribution.rules.pack import Pack
 
 
-@dataclass(frozen=True)
-class Attempt:
-    """A failed attempt a backfill found: who it is, how to diagnose it, when it ended."""
-
-    id: AttemptId
-    target: Target
-    end: datetime | None = None
-
-    @property
-    def key(self) -> str:
-        return self.id.key
-
-
 @dataclass
 class Plan:
-    todo: list[tuple[Attempt, str]] = field(default_factory=list)  # (attempt, why: new | stale_rules | forced)
-    skipped: list[Attempt] = field(default_factory=list)  # diagnosed by the current rules already
+    todo: list[tuple[EndedAttempt, str]] = field(default_factory=list)  # (attempt, why: new | stale_rules | forced)
+    skipped: list[EndedAttempt] = field(default_factory=list)  # diagnosed by the current rules already
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (where, why) found but not diagnosable
 
 
@@ -65,7 +52,7 @@ class Summary:
     diagnosed: int = 0
     failed: int = 0
     redone_stale: int = 0
-    by_terminal_state: Counter = field(default_factory=Counter)
+    by_terminal_state: Counter[str] = field(default_factory=Counter)
     failures: list[dict[str, str]] = field(default_factory=list)
     discovery_failures: list[dict[str, str]] = field(default_factory=list)  # a cluster that could not be asked
     maintenance: dict[str, Any] | None = None  # Warehouse.maintain's counts, or {"error": ...}
@@ -92,7 +79,7 @@ class Summary:
 # ---------------------------------------------------------------------------------------- discover
 
 
-def discover_bundles(root: Path, since: datetime, until: datetime) -> tuple[list[Attempt], list[tuple[str, str]]]:
+def discover_bundles(root: Path, since: datetime, until: datetime) -> tuple[list[EndedAttempt], list[tuple[str, str]]]:
     """Every bundle (a directory with attempt.yaml) under root whose attempt ended in [since, until)."""
     from workload_attribution.connectors.bundle import BundleError, load_scope
 
@@ -107,34 +94,17 @@ def discover_bundles(root: Path, since: datetime, until: datetime) -> tuple[list
             bad.append((dirpath, str(exc).splitlines()[0]))
             continue
         if since <= s.end < until and s.state.split()[0].upper() != "COMPLETED":
-            found.append(Attempt(s.id, Target(bundle=dirpath), s.end))
+            found.append(EndedAttempt(s.id, Target(bundle=dirpath), s.end))
     return sorted(found, key=lambda a: (a.end, a.key)), bad
 
 
-def discover_cluster(name: str, cluster: Any, since: datetime, until: datetime) -> list[Attempt]:
-    if cluster.scheduler == "slurm":
-        from workload_attribution.connectors import slurm
-
-        return [
-            Attempt(
-                AttemptId(cluster=name, scheduler="slurm", job_id=j["job_id"], attempt=int(j["restarts"] or 0)),
-                Target(cluster=name, job_id=j["job_id"], attempt=int(j["restarts"] or 0), trigger="completion"),
-                j["end"],
-            )
-            for j in slurm.discover_failed(cluster.slurm or slurm.SlurmSource(), since, until)
-        ]
-    if cluster.scheduler == "kueue":
-        from workload_attribution.connectors import kueue
-
-        return [
-            Attempt(
-                AttemptId(cluster=name, scheduler="kueue", job_id=w["job_id"], attempt=w["attempt"]),
-                Target(cluster=name, job_id=w["job_id"], attempt=w["attempt"], trigger="completion"),
-                w["end"],
-            )
-            for w in kueue.discover_failed(cluster.kueue or kueue.KueueSource(), since, until)
-        ]
-    return []  # a static cluster has no scheduler to ask
+def discover_cluster(name: str, cluster: ClusterConfig, since: datetime, until: datetime) -> list[EndedAttempt]:
+    """The attempts the cluster's scheduler recorded as failed in [since, until); none for a
+    scheduler that keeps no record (static)."""
+    scheduler = cluster.scheduling
+    if scheduler.discover is None:
+        return []
+    return scheduler.discover(cluster.settings_of(scheduler), name, since, until)
 
 
 class DiscoveryFailed(SourceError):
@@ -148,7 +118,7 @@ class DiscoveryFailed(SourceError):
 
 @dataclass
 class Discovered:
-    attempts: list[Attempt] = field(default_factory=list)
+    attempts: list[EndedAttempt] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (bundle, why): found, cannot be diagnosed
     failures: list[tuple[str, str]] = field(default_factory=list)  # (cluster, why): could not be asked at all
     source: str = ""
@@ -170,13 +140,12 @@ def discover(
         except Exception as exc:  # one cluster's scheduler down must not hide the others' attempts
             out.failures.append((f"cluster {name}", f"{type(exc).__name__}: {first_line(exc)}"))
     return out
-    return found, bad
 
 
 # -------------------------------------------------------------------------------------------- plan
 
 
-def diagnosed_versions(warehouse: str | None, attempts: list[Attempt]) -> dict[str, str]:
+def diagnosed_versions(warehouse: str | None, attempts: list[EndedAttempt]) -> dict[str, str]:
     """attempt key -> rules version of its stored diagnosis."""
     from workload_attribution.warehouse.store import Warehouse
 
@@ -191,7 +160,7 @@ def diagnosed_versions(warehouse: str | None, attempts: list[Attempt]) -> dict[s
     """,
         {
             "c": [i.cluster for i in ids],
-            "s": [i.scheduler.value for i in ids],
+            "s": [i.scheduler for i in ids],
             "j": [i.job_id for i in ids],
             "a": [i.attempt for i in ids],
         },
@@ -199,7 +168,7 @@ def diagnosed_versions(warehouse: str | None, attempts: list[Attempt]) -> dict[s
     return {AttemptId(cluster=c, scheduler=s, job_id=j, attempt=n).key: v for c, s, j, n, v in rows}
 
 
-def plan(attempts: Iterable[Attempt], done: dict[str, str], rules_version: str, force: bool = False) -> Plan:
+def plan(attempts: Iterable[EndedAttempt], done: dict[str, str], rules_version: str, force: bool = False) -> Plan:
     p = Plan()
     seen = set()
     for a in attempts:
@@ -221,7 +190,7 @@ def plan(attempts: Iterable[Attempt], done: dict[str, str], rules_version: str, 
 # ----------------------------------------------------------------------------------------- diagnose
 
 
-def diagnose_one(a: Attempt, cfg: Config, pack: Pack, warehouse: str | None) -> dict[str, str]:
+def diagnose_one(a: EndedAttempt, cfg: Config, pack: Pack, warehouse: str | None) -> dict[str, str]:
     """One attempt, the inline steps; returns what the summary needs."""
     target, options = resolve(cfg.model_copy(update={"warehouse": warehouse or ""}), a.target, pack)
     d = attribute_inline(target, options)
@@ -229,16 +198,16 @@ def diagnose_one(a: Attempt, cfg: Config, pack: Pack, warehouse: str | None) -> 
 
 
 def run_all(
-    todo: list[tuple[Attempt, str]],
-    submit: Callable[[Attempt], Any],
-    wait_any: Callable[[set], Any],
+    todo: list[tuple[EndedAttempt, str]],
+    submit: Callable[[EndedAttempt], Any],
+    wait_any: Callable[[set[Any]], Any],
     concurrency: int,
     summary: Summary,
-    progress: Callable[[int, int, Attempt, str], None] | None = None,
+    progress: Callable[[int, int, EndedAttempt, str], None] | None = None,
 ) -> None:
     """Keep at most `concurrency` attempts in flight; record each outcome as it lands."""
     queue = list(todo)
-    inflight: dict[Any, tuple[Attempt, str]] = {}
+    inflight: dict[Any, tuple[EndedAttempt, str]] = {}
     n, i = len(todo), 0
     while queue or inflight:
         while queue and len(inflight) < concurrency:
@@ -312,7 +281,7 @@ def prepare(
     force: bool,
     warehouse: str | None,
     rules_dir: str | None,
-    discover_fn: Callable = discover,
+    discover_fn: Callable[..., Discovered] = discover,
 ) -> Prepared:
     since_t, until_t = _window(since, until, cfg)
     warehouse = warehouse or cfg.warehouse
@@ -342,7 +311,7 @@ def backfill_inline(
     concurrency: int | None = None,
     warehouse: str | None = None,
     rules_dir: str | None = None,
-    progress: Callable[[int, int, Attempt, str], None] | None = None,
+    progress: Callable[[int, int, EndedAttempt, str], None] | None = None,
     on_window: Callable[[datetime, datetime, int, int, int], None] | None = None,
     cfg: Config | None = None,
 ) -> Summary:

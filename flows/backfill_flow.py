@@ -13,9 +13,11 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 from prefect.futures import as_completed
 
+from workload_attribution.contracts.identity import EndedAttempt
 from workload_attribution.flows.backfill import (
-    Attempt,
     DiscoveryFailed,
+    Prepared,
+    Summary,
     diagnose_one,
     discover,
     maintain_warehouse,
@@ -46,37 +48,40 @@ def backfill(
     started = time.monotonic()
     log = get_run_logger()
     r = prepare(load_config(), since, until, cluster, bundles_dir, force, warehouse, rules_dir, discover_task)
-    summary = r.summary
     log.info(
         "window %s .. %s: %d found, %d already diagnosed by rules %s, %d to diagnose",
         r.since.isoformat(),
         r.until.isoformat(),
-        summary.found,
-        summary.skipped,
+        r.summary.found,
+        r.summary.skipped,
         r.pack.version,
         len(r.plan.todo),
     )
+    _diagnose_all(r, concurrency or r.cfg.backfill.concurrency, log)
+    maintain_warehouse(r.warehouse, r.summary)
+    r.summary.seconds = time.monotonic() - started
+    return _finish(r.summary, log)
 
-    def submit(a: Attempt):
+
+def _diagnose_all(r: Prepared, concurrency: int, log: Any) -> None:
+    """Each attempt a task run, at most `concurrency` in flight, each outcome logged as it lands."""
+
+    def submit(a: EndedAttempt) -> Any:
         return diagnose_task.with_options(task_run_name=f"diagnose-{a.key}").submit(a, r.cfg, r.pack, r.warehouse)
 
-    def progress(i: int, n: int, a: Attempt, outcome: str) -> None:
+    def progress(i: int, n: int, a: EndedAttempt, outcome: str) -> None:
         log.info("[%d/%d] %s: %s", i, n, a.key, outcome)
 
-    run_all(
-        r.plan.todo,
-        submit,
-        lambda fs: next(as_completed(list(fs))),
-        concurrency or r.cfg.backfill.concurrency,
-        summary,
-        progress,
-    )
-    maintain_warehouse(r.warehouse, summary)
+    run_all(r.plan.todo, submit, lambda fs: next(as_completed(list(fs))), concurrency, r.summary, progress)
+
+
+def _finish(summary: Summary, log: Any) -> dict[str, Any]:
+    """The summary, logged; a night whose discovery or maintenance failed says so, and a scheduler
+    that could not be asked fails the run (an unreachable scheduler is a failed night, not a quiet one)."""
     if summary.maintenance and "error" in summary.maintenance:
         log.error("warehouse maintenance failed: %s", summary.maintenance["error"])
-    summary.seconds = time.monotonic() - started
     log.info("backfill summary: %s", summary.as_dict())
-    if summary.discovery_failures:  # an unreachable scheduler is a failed night, not a quiet one
+    if summary.discovery_failures:
         for f in summary.discovery_failures:
             log.error("discovery failed for %s: %s", f["where"], f["error"])
         raise DiscoveryFailed(summary.as_dict())

@@ -63,7 +63,10 @@ class ServiceConfig(BaseModel):
         "ATTRIBUTION_WEBHOOK_SECRET", description="env var: HMAC-SHA256 key of the webhooks"
     )
     replay_window_s: float = Field(300.0, gt=0, description="signed timestamps older/newer than this are refused")
-    max_body_bytes: int = Field(65536, gt=0)
+    max_body_bytes: int = Field(65536, gt=0, description="a webhook's body at most")
+    attempts_max_bytes: int = Field(
+        2**20, gt=0, description="POST /v1/attempts body at most (10,000 hosts of 63 characters fit)"
+    )
     diagnose_completed: bool = Field(False, description="also diagnose attempts that completed successfully")
     answer_within_s: float = Field(
         1.0,
@@ -127,7 +130,12 @@ class Config(BaseSettings):
 
     @classmethod
     def settings_customise_sources(
-        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         path = os.environ.get("ATTRIBUTION_CONFIG") or "attribution.yaml"
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
@@ -145,7 +153,7 @@ class ConfigError(BadInput):
         super().__init__(f"configuration: {problems[0]}{more}")
 
 
-def _allowed_keys(loc: tuple) -> list[str]:
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     """The keys the model at `loc` (a pydantic error location) accepts: to name them beside a typo."""
     import typing
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,10 +66,10 @@ class Report:
         head = f"{'class (terminal_state/sub_domain)':48} {'n':>5} {'exact':>7} {'state':>7} {'sub':>7} {'nodes':>7}"
         lines = [head, "-" * len(head)]
 
-        def row(name, os_):
+        def row(name: str, os_: list[Outcome]) -> str:
             n = len(os_)
 
-            def pct(k):
+            def pct(k: str) -> str:
                 return f"{100 * sum(o.fields[k] for o in os_) / n:6.1f}%"
 
             return (
@@ -92,7 +93,9 @@ def find_bundles(root: Path) -> list[Path]:
     return sorted(p.parent for p in Path(root).rglob("expected.json") if (p.parent / "attempt.yaml").is_file())
 
 
-def evaluate(root: Path, pack: Pack, progress=None, concurrency: int = 2) -> Report:
+def evaluate(
+    root: Path, pack: Pack, progress: Callable[[int, int], None] | None = None, concurrency: int = 2
+) -> Report:
     """Diagnose every bundle under root that carries expected.json, `concurrency` at a time
     (DuckDB works outside the GIL), outcomes in bundle order."""
     from concurrent.futures import ThreadPoolExecutor

@@ -5,13 +5,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workload_attribution.contracts.errors import TransientSourceError
 from workload_attribution.contracts.identity import Target
 from workload_attribution.contracts.models import Diagnosis
 from workload_attribution.flows.pipeline import RETRY_DELAYS_S, Options, attribute_story
 from workload_attribution.tasks import steps
+
+if TYPE_CHECKING:
+    from workload_attribution.connectors.clusters import Cluster
+    from workload_attribution.connectors.registry import Collected
+    from workload_attribution.contracts.models import Coverage
+    from workload_attribution.rules.engine import Settings
+    from workload_attribution.rules.pack import Pack
+    from workload_attribution.tasks.steps import ScopedAttempt
 
 
 def _with_retries(fn: Callable[..., Any], *args: Any) -> Any:
@@ -25,22 +33,24 @@ def _with_retries(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class InlineRunner:
-    def __init__(self, pool: ThreadPoolExecutor):
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
         self.pool = pool
 
-    def scope(self, target, cluster):
+    def scope(self, target: Target, cluster: Cluster | None) -> ScopedAttempt:
         return _with_retries(steps.scope_attempt, target, cluster)
 
-    def collect(self, scoped, source, pack) -> Future:
+    def collect(self, scoped: ScopedAttempt, source: str, pack: Pack) -> Future[Collected]:
         return self.pool.submit(_with_retries, steps.collect_source, scoped, source, pack)
 
-    def store(self, scoped, results):
-        return steps.store_observations(scoped, results)
+    def normalize(self, scoped: ScopedAttempt, results: list[Collected]) -> list[Coverage]:
+        return steps.normalize_collected(scoped, results)
 
-    def attribute(self, scoped, coverage, pack, settings, notes):
+    def attribute(
+        self, scoped: ScopedAttempt, coverage: list[Coverage], pack: Pack, settings: Settings, notes: list[str]
+    ) -> Diagnosis:
         return steps.attribute(scoped, coverage, pack, settings, notes)
 
-    def publish(self, diagnosis, warehouse, scoped):
+    def publish(self, diagnosis: Diagnosis, warehouse: str | None, scoped: ScopedAttempt) -> Diagnosis:
         return steps.publish(diagnosis, warehouse, scoped)
 
 

@@ -1,7 +1,7 @@
 """The story of one attribution, written once for both runners (Prefect and inline).
 
 scope -> collect (every source in parallel, retried, each with a coverage record)
-      -> store -> attribute -> publish
+      -> normalise (and finish the coverage) -> attribute -> publish
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from workload_attribution.rules.pack import Pack, RuleFileError, default_pack, l
 # What the story runs (the steps: DuckDB, every connector, the configuration's models) is imported
 # when it runs: `attribution --version` needs only the pack, and pays for nothing else.
 if TYPE_CHECKING:
-    from workload_attribution.connectors.clusters import ClusterConfig
+    from workload_attribution.connectors.clusters import Cluster
     from workload_attribution.connectors.registry import Collected
     from workload_attribution.contracts.identity import Target
     from workload_attribution.contracts.models import Coverage, Diagnosis
@@ -35,13 +35,13 @@ class Future(Protocol):
 class Runner(Protocol):
     """How steps run: Prefect tasks (flows/attempt.py) or plain calls (flows/inline.py)."""
 
-    def scope(self, target: Target, cluster: ClusterConfig | None) -> steps.Scoped: ...
-    def collect(self, scoped: steps.Scoped, source: str, pack: Pack) -> Future: ...
-    def store(self, scoped: steps.Scoped, results: list[Collected]) -> list[Coverage]: ...
+    def scope(self, target: Target, cluster: Cluster | None) -> steps.ScopedAttempt: ...
+    def collect(self, scoped: steps.ScopedAttempt, source: str, pack: Pack) -> Future: ...
+    def normalize(self, scoped: steps.ScopedAttempt, results: list[Collected]) -> list[Coverage]: ...
     def attribute(
-        self, scoped: steps.Scoped, coverage: list[Coverage], pack: Pack, settings: Settings, notes: list[str]
+        self, scoped: steps.ScopedAttempt, coverage: list[Coverage], pack: Pack, settings: Settings, notes: list[str]
     ) -> Diagnosis: ...
-    def publish(self, diagnosis: Diagnosis, warehouse: str | None, scoped: steps.Scoped) -> Diagnosis: ...
+    def publish(self, diagnosis: Diagnosis, warehouse: str | None, scoped: steps.ScopedAttempt) -> Diagnosis: ...
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Options:
 
     pack: Pack
     settings: Settings = field(default_factory=lambda: _settings())
-    cluster: ClusterConfig | None = None  # the target's cluster (None for a bundle)
+    cluster: Cluster | None = None  # the target's cluster (None for a bundle)
     warehouse: str | None = None  # None: not stored
 
 
@@ -98,7 +98,7 @@ def attribute_story(run: Runner, target: Target, options: Options) -> Diagnosis:
                 results.append(fut.result())
             except Exception as exc:  # retries exhausted: the source is an error, the diagnosis goes on
                 results.append(steps.failed_collect(scoped, source, exc))
-        coverage = run.store(scoped, results)
+        coverage = run.normalize(scoped, results)
         notes = [n for r in results for n in r.notes]
         diagnosis = run.attribute(scoped, coverage, options.pack, options.settings, notes)
         try:

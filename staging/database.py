@@ -14,6 +14,7 @@ import sys
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,7 @@ def open_staging(path: str) -> None:
         con.close()
 
 
-def naive_utc(value):
+def naive_utc(value: datetime | None) -> datetime | None:
     """DuckDB TIMESTAMP columns here are UTC without a zone."""
     if value is None:
         return None

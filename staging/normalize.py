@@ -27,7 +27,7 @@ class Normalized:
     spans: list[tuple[str, str, str | None, datetime | None, datetime | None]]
 
 
-def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref, files_by_ref: dict[str, Path]) -> Normalized:
+def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref: datetime, files_by_ref: dict[str, Path]) -> Normalized:
     """raw_lines -> log_lines, then continuation lines take their time and interval from the
     stamped lines around them in their file (read again, streamed, only around those lines).
     A stamp outside 1970..2200 is no time (the line is like one without a stamp), counted."""

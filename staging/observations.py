@@ -20,53 +20,61 @@ def insert_observations(con: duckdb.DuckDBPyConnection, observations: Sequence[O
     records = [o for o in observations if o.kind != "sample"]
     samples = [o for o in observations if o.kind == "sample"]
     if records:
-        con.execute(
-            """
-            INSERT INTO records
-            SELECT nextval('obs_seq'), unnest($source), unnest($connector), unnest($node), unnest($kind),
-                   unnest($time), unnest($text), unnest($attrs)::JSON, unnest($path), unnest($line)
-            """,
-            {
-                "source": [o.source for o in records],
-                "connector": [o.connector for o in records],
-                "node": [o.node for o in records],
-                "kind": [o.kind for o in records],
-                "time": [naive_utc(o.time) for o in records],
-                "text": [o.text[:MAX_TEXT] for o in records],
-                "attrs": [json.dumps(o.attrs, default=str) for o in records],
-                "path": [o.path for o in records],
-                "line": [o.line for o in records],
-            },
-        )
+        _insert_records(con, records)
     if samples:
-        # One JSON document parsed by DuckDB: handing it nested Python lists costs a type probe per
-        # value (seconds for 10^4 samples); json.dumps + from_json is milliseconds.
-        payload = json.dumps(
-            [
-                {
-                    "source": o.source,
-                    "connector": o.connector,
-                    "node": o.node,
-                    "metric": o.attrs.get("__name__", o.series),
-                    "labels": {k: str(v) for k, v in (o.attrs.get("labels") or {}).items()},
-                    "series": o.series,
-                    "value": o.value,
-                    "time": naive_utc(o.time).isoformat() if o.time else None,
-                    "path": o.path,
-                    "raw": o.text,
-                }
-                for o in samples
-            ]
-        )
-        con.execute(
-            """
-            INSERT INTO samples
-            SELECT nextval('obs_seq'), source, connector, node, metric, labels, series, value, time::TIMESTAMP,
-                   path, NULL, raw
-            FROM (SELECT unnest(from_json($p::JSON, '[{"source": "VARCHAR", "connector": "VARCHAR", "node": "VARCHAR",
-                   "metric": "VARCHAR", "labels": "MAP(VARCHAR, VARCHAR)", "series": "VARCHAR", "value": "DOUBLE",
-                   "time": "VARCHAR", "path": "VARCHAR", "raw": "VARCHAR"}]'), recursive := true))
-        """,
-            {"p": payload},
-        )
+        _insert_samples(con, samples)
     return len(observations)
+
+
+def _insert_records(con: duckdb.DuckDBPyConnection, records: list[Observation]) -> None:
+    con.execute(
+        """
+        INSERT INTO records
+        SELECT nextval('obs_seq'), unnest($source), unnest($connector), unnest($node), unnest($kind),
+               unnest($time), unnest($text), unnest($attrs)::JSON, unnest($path), unnest($line)
+        """,
+        {
+            "source": [o.source for o in records],
+            "connector": [o.connector for o in records],
+            "node": [o.node for o in records],
+            "kind": [o.kind for o in records],
+            "time": [naive_utc(o.time) for o in records],
+            "text": [o.text[:MAX_TEXT] for o in records],
+            "attrs": [json.dumps(o.attrs, default=str) for o in records],
+            "path": [o.path for o in records],
+            "line": [o.line for o in records],
+        },
+    )
+
+
+def _insert_samples(con: duckdb.DuckDBPyConnection, samples: list[Observation]) -> None:
+    # One JSON document parsed by DuckDB: handing it nested Python lists costs a type probe per
+    # value (seconds for 10^4 samples); json.dumps + from_json is milliseconds.
+    payload = json.dumps(
+        [
+            {
+                "source": o.source,
+                "connector": o.connector,
+                "node": o.node,
+                "metric": o.attrs.get("__name__", o.series),
+                "labels": {k: str(v) for k, v in (o.attrs.get("labels") or {}).items()},
+                "series": o.series,
+                "value": o.value,
+                "time": t.isoformat() if (t := naive_utc(o.time)) else None,
+                "path": o.path,
+                "raw": o.text,
+            }
+            for o in samples
+        ]
+    )
+    con.execute(
+        """
+        INSERT INTO samples
+        SELECT nextval('obs_seq'), source, connector, node, metric, labels, series, value, time::TIMESTAMP,
+               path, NULL, raw
+        FROM (SELECT unnest(from_json($p::JSON, '[{"source": "VARCHAR", "connector": "VARCHAR", "node": "VARCHAR",
+               "metric": "VARCHAR", "labels": "MAP(VARCHAR, VARCHAR)", "series": "VARCHAR", "value": "DOUBLE",
+               "time": "VARCHAR", "path": "VARCHAR", "raw": "VARCHAR"}]'), recursive := true))
+        """,
+        {"p": payload},
+    )

@@ -1,14 +1,13 @@
 """The steps of one attribution, as plain functions (no Prefect import here).
 
 flows/attempt.py wraps them as Prefect tasks; flows/inline.py calls them directly. Both run the
-same story (flows/pipeline.py): scope -> collect (each source in parallel) -> store -> attribute
+same story (flows/pipeline.py): scope -> collect (each source in parallel) -> normalise -> attribute
 -> publish.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,11 +17,14 @@ from workload_attribution.connectors import registry
 from workload_attribution.connectors import scheduler_records as sr
 from workload_attribution.connectors.bundle import SOURCES as BUNDLE_SOURCES
 from workload_attribution.connectors.bundle import BundleSource, load_scope, read_sacct_record
-from workload_attribution.connectors.clusters import ClusterConfig
+from workload_attribution.connectors.clusters import Cluster
+from workload_attribution.connectors.coverage import Cover, lose
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig
+from workload_attribution.connectors.schedulers import get_scheduler
+from workload_attribution.connectors.slurm import STATES as SLURM_STATES
 from workload_attribution.connectors.text import apply_spans
 from workload_attribution.contracts.errors import BadInput, SourceError, first_line
-from workload_attribution.contracts.identity import Target
+from workload_attribution.contracts.identity import STATIC, Target
 from workload_attribution.contracts.models import (
     EARLIEST,
     LATEST,
@@ -32,7 +34,7 @@ from workload_attribution.contracts.models import (
     Diagnosis,
     Observation,
 )
-from workload_attribution.contracts.vocabulary import Scheduler
+from workload_attribution.contracts.vocabulary import Source
 from workload_attribution.rules import report
 from workload_attribution.rules.engine import Settings, prepare, run_phases
 from workload_attribution.rules.pack import Pack
@@ -43,8 +45,8 @@ from workload_attribution.staging.observations import insert_observations
 
 
 @dataclass
-class Scoped:
-    """An attempt being diagnosed: its scope, its staging database, and for each source the
+class ScopedAttempt:
+    """The attempt being diagnosed: its scope, its staging database, and for each source the
     connector and configuration that collect it."""
 
     scope: AttemptScope
@@ -53,72 +55,47 @@ class Scoped:
     notes: list[str] = field(default_factory=list)
 
 
-def scope_attempt(target: Target, cluster: ClusterConfig | None = None) -> Scoped:
+def scope_attempt(target: Target, cluster: Cluster | None = None) -> ScopedAttempt:
     """Resolve the target to an attempt's scope and open its staging database.
 
-    A bundle's scope is its attempt.yaml; a job's comes from the cluster's scheduler (Slurm
-    accounting, the Kueue Workload), waiting for the recorded end when the trigger is a completion;
-    a window is taken as given. Where a bundle's attempt.yaml and its scheduler record disagree,
-    the record wins (`record_wins`): a job or Kueue scope is the scheduler's record already."""
+    A bundle's scope is its attempt.yaml (where its scheduler record disagrees, the record wins:
+    `record_wins`); a job's comes from the cluster's scheduler (connectors/schedulers.py: Slurm
+    accounting, the Kueue Workload ...), waiting for the recorded end when the trigger is a
+    completion; a window is taken as given (the static scheduler), on any cluster."""
     if target.bundle:
-        path = Path(target.bundle)
-        written = load_scope(path)
-        scope, notes = bundle_record_wins(path, written)
-        bundle = BundleSource(path=str(path))
-        scoped = Scoped(
-            scope=scope,
-            staging=create_staging(scope),
-            sources={s: ("bundle", bundle) for s in BUNDLE_SOURCES},
-            notes=notes,
-        )
-        with connected(scoped.staging) as con:
-            insert_observations(con, [scope_observation(path, written)])
-        return scoped
+        return scope_bundle(Path(target.bundle))
     if cluster is None or target.cluster is None:
         raise BadInput("a job or a window is scoped on a configured cluster: name one")
+    scheduler = get_scheduler(STATIC if target.window else cluster.scheduler)
+    settings = cluster.settings_of(scheduler)
+    scope = scheduler.scope(settings, target).model_copy(update={"timezone": cluster.timezone})
     sources: dict[str, tuple[str, SourceConfig]] = {}
-    if target.job_id:
-        if cluster.scheduler == Scheduler.slurm:
-            from workload_attribution.connectors import slurm
+    if scheduler.records is not None and settings is not None:  # the scheduler's own record of the job is a source
+        source, connector = scheduler.records
+        sources[source] = (connector, settings)
+    sources.update({name: (cfg.connector, cfg) for name, cfg in cluster.sources.items()})
+    return ScopedAttempt(scope=scope, staging=create_staging(scope), sources=sources)
 
-            src = cluster.slurm or slurm.SlurmSource()
-            scope = slurm.scope_job(src, target.cluster, target.job_id, require_ended=target.trigger == "completion")
-            sources["sacct"] = ("slurm", src)
-        elif cluster.scheduler == Scheduler.kueue:
-            from workload_attribution.connectors import kueue
 
-            src_k = cluster.kueue or kueue.KueueSource()
-            scope = kueue.scope_from(kueue.fetch(src_k, target.job_id), target.cluster)
-            sources["kueue"] = ("kubernetes", src_k)
-        else:
-            raise BadInput(
-                f"cluster {target.cluster}: a {cluster.scheduler.value} cluster has no scheduler to scope "
-                f"job {target.job_id!r}; give nodes + start + end"
-            )
-    else:
-        assert target.window is not None
-        w = target.window
-        scope = AttemptScope(
-            cluster=target.cluster,
-            scheduler=Scheduler.static,
-            job_id=w.job_id,
-            attempt=0,
-            nodes=list(w.nodes),
-            start=w.start,
-            end=w.end,
-            state="UNKNOWN",
-        )
-    scope = scope.model_copy(update={"timezone": cluster.timezone})
-    for name, cfg in cluster.sources.items():
-        sources[name] = (cfg.connector, cfg)
-    return Scoped(scope=scope, staging=create_staging(scope), sources=sources)
+def scope_bundle(path: Path) -> ScopedAttempt:
+    """A bundle's attempt: attempt.yaml, checked against the scheduler record the bundle holds;
+    every source of the bundle format is read from the bundle; attempt.yaml's state line is staged
+    as the scope's own record."""
+    written = load_scope(path)
+    scope, notes = bundle_record_wins(path, written)
+    bundle = BundleSource(path=str(path))
+    scoped = ScopedAttempt(
+        scope=scope,
+        staging=create_staging(scope),
+        sources={s: ("bundle", bundle) for s in BUNDLE_SOURCES},
+        notes=notes,
+    )
+    with connected(scoped.staging) as con:
+        insert_observations(con, [scope_observation(path, written)])
+    return scoped
 
 
 SACCT_FILE = "scheduler/sacct.json"
-# Slurm job states of a job that has not ended: a record exported then is not the attempt's last word.
-UNENDED_STATES = frozenset(
-    {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
-)
 
 
 def bundle_record_wins(bundle: Path, scope: AttemptScope) -> tuple[AttemptScope, list[str]]:
@@ -172,7 +149,7 @@ def record_wins(scope: AttemptScope, facts: dict[str, Any], record: str) -> tupl
     update: dict[str, Any] = {}
     notes: list[str] = []
     state = str(facts.get("state") or "").strip()
-    unended = _word(state) in UNENDED_STATES
+    unended = SLURM_STATES.unended(_word(state))  # a record exported before the job ended
     if unended:
         notes.append(
             f"{record} was taken before the job ended (state {state}): attempt.yaml's state {scope.state} and end stand"
@@ -222,7 +199,7 @@ def scope_observation(bundle: Path, scope: AttemptScope) -> Observation:
     except OSError:
         pass
     return Observation(
-        source="scope",
+        source=Source.scope,
         connector="bundle",
         kind="attempt_scope",
         time=scope.end,
@@ -233,11 +210,11 @@ def scope_observation(bundle: Path, scope: AttemptScope) -> Observation:
     )
 
 
-def collect_source(scoped: Scoped, source: str, pack: Pack) -> Collected:
+def collect_source(scoped: ScopedAttempt, source: str, pack: Pack) -> Collected:
     """Load one source into staging. Transient failures raise (the runner retries them); anything
     else becomes the source's coverage record: bad data never sinks the diagnosis."""
-    started = time.monotonic()
     connector_name, config = scoped.sources[source]
+    cover = Cover(source, connector_name)
     lines_of = getattr(config, "source", "") or source  # a Loki stream may be configured under another key
     ctx = CollectContext(
         source=source,
@@ -251,36 +228,22 @@ def collect_source(scoped: Scoped, source: str, pack: Pack) -> Collected:
     except SourceError as exc:
         if exc.transient:
             raise
-        error, status = first_line(exc), exc.status
+        return cover.outcome(exc.status, first_line(exc))
     except Exception as exc:  # a connector bug or an unreadable file must not sink the diagnosis
-        error, status = f"{type(exc).__name__}: {first_line(exc)}", "error"
-    return Collected(
-        Coverage(
-            source=source,
-            connector=connector_name,
-            status=CoverageStatus(status),
-            error=error,
-            duration_ms=int((time.monotonic() - started) * 1000),
-        )
-    )
+        return cover.outcome(CoverageStatus.error, f"{type(exc).__name__}: {first_line(exc)}")
 
 
-def failed_collect(scoped: Scoped, source: str, exc: BaseException) -> Collected:
+def failed_collect(scoped: ScopedAttempt, source: str, exc: BaseException) -> Collected:
     """The coverage record of a source whose retries were all spent."""
     connector_name = scoped.sources[source][0] if source in scoped.sources else "?"
-    status = CoverageStatus(getattr(exc, "status", "error"))
-    return Collected(
-        Coverage(
-            source=source,
-            connector=getattr(exc, "connector", None) or connector_name,
-            status=status,
-            error=f"failed after retries: {first_line(exc)}",
-        )
-    )
+    cover = Cover(source, getattr(exc, "connector", None) or connector_name)
+    return cover.outcome(getattr(exc, "status", "error"), f"failed after retries: {first_line(exc)}")
 
 
-def store_observations(scoped: Scoped, results: list[Collected]) -> list[Coverage]:
-    """Normalise what was collected (timestamps, ranks, continuation lines) and record coverage."""
+def normalize_collected(scoped: ScopedAttempt, results: list[Collected]) -> list[Coverage]:
+    """Normalise what was collected (timestamps, ranks, continuation lines) and finish each source's
+    coverage with what only normalising can tell: its files wholly outside the attempt's window,
+    its lines stamped outside 1970..2200."""
     files = {ref: Path(p) for r in results for ref, p in r.files.items()}
     with connected(scoped.staging) as con:
         ref_time = scoped.scope.start + (scoped.scope.end - scoped.scope.start) / 2
@@ -289,15 +252,12 @@ def store_observations(scoped: Scoped, results: list[Collected]) -> list[Coverag
     for c in coverage:
         apply_spans(c, found.spans, scoped.scope)  # files wholly outside the attempt's window
         if found.far.get(c.source):  # a stamp outside 1970..2200 costs its line (no time), counted
-            c.details["lines_with_time_out_of_range"] = found.far[c.source]
-            c.unparsed += found.far[c.source]
-            if c.status in (CoverageStatus.ok, CoverageStatus.empty):
-                c.status = CoverageStatus.partial
+            lose(c, found.far[c.source])
     return coverage
 
 
 def attribute(
-    scoped: Scoped,
+    scoped: ScopedAttempt,
     coverage: list[Coverage],
     pack: Pack,
     settings: Settings | None = None,
@@ -325,7 +285,7 @@ def attribute(
         return report.build(con, scoped.scope, coverage, result, pack.version, scoped.notes + (notes or []))
 
 
-def publish(diagnosis: Diagnosis, warehouse_path: str | None, scoped: Scoped | None = None) -> Diagnosis:
+def publish(diagnosis: Diagnosis, warehouse_path: str | None, scoped: ScopedAttempt | None = None) -> Diagnosis:
     """Write the diagnosis to the warehouse (idempotent per attempt), with the topology seen with
     the attempt so analysts can place its hosts under their switch ports as of that time."""
     if warehouse_path:
@@ -339,5 +299,5 @@ def publish(diagnosis: Diagnosis, warehouse_path: str | None, scoped: Scoped | N
     return diagnosis
 
 
-def drop_staging(scoped: Scoped) -> None:
+def drop_staging(scoped: ScopedAttempt) -> None:
     release_staging(scoped.staging)

@@ -16,7 +16,7 @@ from workload_attribution.contracts.errors import (
     first_line,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the configuration is imported when a command reads it, not for --version
     from workload_attribution.flows.config import Config
 
 # The one exit-code contract of every command (README's table, `attribution --help`):

@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"rules: {cfg.rules_dir or 'the shipped pack'}")
     failures = 0
     for name, cl in cfg.clusters.items():
-        print(f"cluster {name} (scheduler {cl.scheduler.value}, timezone {cl.timezone})")
-        endpoints: list[tuple[str, Any]] = [(cl.scheduler.value, cl.slurm if cl.scheduler == "slurm" else cl.kueue)]
+        print(f"cluster {name} (scheduler {cl.scheduler}, timezone {cl.timezone})")
+        endpoints: list[tuple[str, Any]] = [(cl.scheduler, cl.block(cl.scheduler))]
         endpoints += [(f"{src} ({sc.connector})", sc) for src, sc in cl.sources.items()]
         for label, sc in endpoints:
             probe = sc.probe() if sc is not None else None

@@ -34,7 +34,9 @@ def add(sub: Any) -> None:
     d.add_argument("bundles", nargs="*", metavar="BUNDLE", help="attempt bundle directory")
     d.add_argument("--job", metavar="JOBID", help="a Slurm job id / Kueue workload ([namespace/]name) on --cluster")
     d.add_argument("--cluster", metavar="NAME", help="configured cluster (default: the only one configured)")
-    d.add_argument("--nodes", metavar="H1,H2", help="explicit scope: these hosts ...")
+    d.add_argument(
+        "--nodes", metavar="H1,H2", help="explicit scope: these hosts (or a Slurm hostlist, gpu-[001-512]) ..."
+    )
     d.add_argument("--start", metavar="TIME", help="... from this RFC 3339 time ...")
     d.add_argument("--end", metavar="TIME", help="... to this one")
     d.add_argument("--json", action="store_true", help="the diagnosis JSON (several attempts: one document per line)")
@@ -108,6 +110,7 @@ def _when(flag: str, value: str) -> datetime:
 def targets(args: argparse.Namespace) -> list[Any]:
     from pydantic import ValidationError
 
+    from workload_attribution.contracts.hostlist import expand_hostlist
     from workload_attribution.contracts.identity import Target, Window
 
     try:
@@ -121,7 +124,7 @@ def targets(args: argparse.Namespace) -> list[Any]:
             if not (args.start and args.end):
                 raise BadInput("--nodes needs --start and --end")
             window = Window(
-                nodes=[n for n in args.nodes.split(",") if n],
+                nodes=expand_hostlist(args.nodes),
                 start=_when("start", args.start),
                 end=_when("end", args.end),
             )
@@ -138,7 +141,6 @@ def targets(args: argparse.Namespace) -> list[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workload_attribution.contracts.errors import NotStored
     from workload_attribution.flows.pipeline import load_rules
 
     if args.no_warehouse and args.warehouse:
@@ -169,37 +171,50 @@ def run(args: argparse.Namespace) -> int:
     progress = common.Progress(args, force=len(todo) > 1)  # a batch says how each attempt went, tty or not
     status = EXIT_OK
     for i, target in enumerate(todo, 1):
-        started = time.monotonic()
-        label = target.describe()
-        if len(todo) > 1:
-            progress(f"[{i}/{len(todo)}] {label} ...", final=False)
-        try:
-            d = diagnose(target)
-        except NotStored as exc:  # computed, not stored: print it anyway, exit 3
-            d = getattr(exc, "diagnosis", None)
-            common.say(f"{label}: not stored: {common.first_line(exc)}")
-            status = max(status, EXIT_NOT_STORED)
-            if d is None:
-                continue
-        except Exception as exc:
-            code = common.exit_code(exc)
-            if code == common.EXIT_BUG:
-                raise
-            common.say(f"{label}: {common.first_line(exc)}" if len(todo) > 1 else common.first_line(exc))
-            status = max(status, code)
-            continue
-        if args.out:
-            name = Path(target.bundle).resolve().name if target.bundle else d.attempt.job_id.replace("/", "_")
-            (Path(args.out) / f"{name}.json").write_text(d.to_json())
-        if args.json:
-            print(d.model_dump_json() if len(todo) > 1 else d.to_json(), flush=True)
-        else:
-            print(summary(d), flush=True)
-        if len(todo) > 1:
-            progress(
-                f"[{i}/{len(todo)}] {label}: {d.terminal_state}/{d.sub_domain} "
-                f"affected={','.join(d.affected_nodes) or '-'} ({time.monotonic() - started:.1f}s)"
-            )
+        status = max(
+            status, _diagnose_one(args, diagnose, target, f"[{i}/{len(todo)}]" if len(todo) > 1 else "", progress)
+        )
+    return status
+
+
+def _diagnose_one(
+    args: argparse.Namespace, diagnose: Callable[[Any], Any], target: Any, batch: str, progress: common.Progress
+) -> int:
+    """One target diagnosed, printed (and written to --out); its exit status. `batch`: "[i/n]" when
+    there are several (each says how it went on stderr), else ""."""
+    from workload_attribution.contracts.errors import NotStored
+
+    started = time.monotonic()
+    label = target.describe()
+    if batch:
+        progress(f"{batch} {label} ...", final=False)
+    status = EXIT_OK
+    try:
+        d = diagnose(target)
+    except NotStored as exc:  # computed, not stored: print it anyway, exit 3
+        d = getattr(exc, "diagnosis", None)
+        common.say(f"{label}: not stored: {common.first_line(exc)}")
+        status = EXIT_NOT_STORED
+        if d is None:
+            return status
+    except Exception as exc:
+        code = common.exit_code(exc)  # 2 bad input, 5 a dependency down; a bug goes up
+        if code == common.EXIT_BUG:
+            raise
+        common.say(f"{label}: {common.first_line(exc)}" if batch else common.first_line(exc))
+        return code
+    if args.out:
+        name = Path(target.bundle).resolve().name if target.bundle else d.attempt.job_id.replace("/", "_")
+        (Path(args.out) / f"{name}.json").write_text(d.to_json())
+    if args.json:
+        print(d.model_dump_json() if batch else d.to_json(), flush=True)
+    else:
+        print(summary(d), flush=True)
+    if batch:
+        progress(
+            f"{batch} {label}: {d.terminal_state}/{d.sub_domain} "
+            f"affected={','.join(d.affected_nodes) or '-'} ({time.monotonic() - started:.1f}s)"
+        )
     return status
 
 

@@ -23,20 +23,23 @@ import shutil
 import stat
 import tarfile
 import tempfile
-import threading
 import time
 import zipfile
 import zlib
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import IO, Annotated, Any, Literal
 
 import zstandard
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
+from workload_attribution.connectors.bundle import SOURCES as BUNDLE_SOURCES
+from workload_attribution.connectors.bundle import TEXT_SOURCES
 from workload_attribution.contracts.errors import BadInput, NotStored, first_line
+from workload_attribution.contracts.models import AttemptScope
 from workload_attribution.service.auth import Scope, require
 
 router = APIRouter()
@@ -88,22 +91,18 @@ class SourceDoc(BaseModel):
     )
 
 
+# The bundle's sources (every one but the scope, which is `attempt`): the names a document's sources take.
+BundleSource: Any = Literal[BUNDLE_SOURCES]  # the vocabulary's, known at run time
+
+
 class AttemptDocument(BaseModel):
     """An attempt's scope (attempt.yaml's fields) and its observations per source."""
 
     model_config = ConfigDict(extra="forbid")
-    attempt: dict[str, Any]
-    sources: dict[
-        Literal["app", "syslog", "fabricmanager", "scheduler_log", "metrics", "sacct", "kueue", "topology"], SourceDoc
-    ] = Field(default_factory=dict)
-
-
-TEXT_DIRS = {
-    "app": "logs/app",
-    "syslog": "logs/syslog",
-    "fabricmanager": "logs/fabricmanager",
-    "scheduler_log": "logs/scheduler",
-}
+    # attempt.yaml as JSON: an AttemptScope, checked where every bundle's is (load_scope, which
+    # names the field at fault); its schema is AttemptScope's
+    attempt: Annotated[dict[str, Any], WithJsonSchema(AttemptScope.model_json_schema())]
+    sources: dict[BundleSource, SourceDoc] = Field(default_factory=dict)
 
 
 def write_document(doc: AttemptDocument, root: Path) -> None:
@@ -112,7 +111,7 @@ def write_document(doc: AttemptDocument, root: Path) -> None:
 
     (root / "attempt.yaml").write_text(yaml.safe_dump(doc.attempt, sort_keys=False))
     for source, part in doc.sources.items():
-        if source in TEXT_DIRS:
+        if source in TEXT_SOURCES:
             by_node: dict[str, list[str]] = {}
             for line in part.lines:
                 prefix = (line.time.isoformat().replace("+00:00", "Z") + " " if line.time else "") + (
@@ -122,7 +121,7 @@ def write_document(doc: AttemptDocument, root: Path) -> None:
             for node, lines in by_node.items():
                 if "/" in node or node.startswith("."):
                     raise Refused(f"sources.{source}: node {node!r} is not a host name")
-                path = root / TEXT_DIRS[source] / f"{node}.log"
+                path = root / TEXT_SOURCES[source] / f"{node}.log"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text("\n".join(lines) + "\n")
         elif source == "metrics" and part.samples:
@@ -169,7 +168,7 @@ class Budget:
         if self.members_left < 0:
             raise Limit("more members than diagnose_max_members")
 
-    def copy(self, src, dst, name: str, declared: int | None = None) -> None:
+    def copy(self, src: IO[bytes], dst: IO[bytes], name: str, declared: int | None = None) -> None:
         """Copy a member while the budget lasts: expanded bytes, and no line over max_line."""
         if declared is not None and declared > self.left:  # an honest header says it now; a liar is caught below
             raise Limit("expanded size over diagnose_max_expanded_bytes")
@@ -228,7 +227,7 @@ def extract_tar(archive: Path, root: Path, budget: Budget, mode: str) -> None:
             opener.close()
 
 
-def _zstd_reader(path: Path):
+def _zstd_reader(path: Path) -> IO[bytes]:
     import zstandard
 
     return zstandard.ZstdDecompressor().stream_reader(path.open("rb"), read_across_frames=True)
@@ -413,8 +412,13 @@ OPENAPI = {
 }
 
 
+Answer = Callable[..., JSONResponse]  # (outcome, status, body, headers=None): counted in /metrics
+
+
 @router.post("/v1/diagnose", dependencies=[Depends(require(Scope.read))], openapi_extra=OPENAPI)
-async def diagnose(request: Request, store: bool = Query(False, description="also write it to the warehouse")):
+async def diagnose(
+    request: Request, store: bool = Query(False, description="also write it to the warehouse")
+) -> JSONResponse:
     """Diagnose the posted attempt now and answer its diagnosis (the same story as `attribution
     diagnose --inline`)."""
     svc = request.app.state.svc
@@ -434,35 +438,43 @@ async def diagnose(request: Request, store: bool = Query(False, description="als
     await slots.acquire()
     work = Path(tempfile.mkdtemp(prefix="attribution-diagnose-"))
     os.chmod(work, 0o700)
-    finished = threading.Event()
 
     def release(_: Any = None) -> None:
         slots.release()
-        finished.set()
         shutil.rmtree(work, ignore_errors=True)
 
     deadline = started + limits.diagnose_timeout_s
     try:
-        await receive(request, work / "body", limits.diagnose_max_bytes, deadline, limits.body_timeout_s)
-    except Limit as exc:
-        release()
-        return answer("too_large", 413, {"detail": str(exc)})
-    except Stalled:
-        release()
-        return answer(
-            "stalled",
-            408,
-            {"detail": f"the body stopped arriving for {limits.body_timeout_s:g} s"},
-            {"Connection": "close"},
-        )
-    except TimeoutError:
-        release()
-        return answer("timeout", 504, {"detail": f"body not received within {limits.diagnose_timeout_s:g} s"})
+        refused = await _body_received(request, work, limits, deadline, answer)
     except BaseException:
         release()
         raise
-    loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(None, compute, svc, work / "body", work, store)
+    if refused is not None:
+        release()
+        return refused
+    return await _computed(svc, work, store, deadline, answer, release)
+
+
+async def _body_received(request: Request, work: Path, limits: Any, deadline: float, answer: Answer) -> Any:
+    """The body into work/body; None, or the answer of a body refused (too large, stalled, late)."""
+    try:
+        await receive(request, work / "body", limits.diagnose_max_bytes, deadline, limits.body_timeout_s)
+    except Limit as exc:
+        return answer("too_large", 413, {"detail": str(exc)})
+    except Stalled:
+        why = f"the body stopped arriving for {limits.body_timeout_s:g} s"
+        return answer("stalled", 408, {"detail": why}, {"Connection": "close"})
+    except TimeoutError:
+        return answer("timeout", 504, {"detail": f"body not received within {limits.diagnose_timeout_s:g} s"})
+    return None
+
+
+async def _computed(
+    svc: Any, work: Path, store: bool, deadline: float, answer: Answer, release: Callable[[Any], None]
+) -> JSONResponse:
+    """The diagnosis computed in a worker thread (its slot freed when the thread ends), answered."""
+    limits = svc.cfg.service
+    future = asyncio.get_running_loop().run_in_executor(None, compute, svc, work / "body", work, store)
     future.add_done_callback(release)
     try:
         d = await asyncio.wait_for(asyncio.shield(future), max(0.1, deadline - time.monotonic()))
@@ -477,15 +489,7 @@ async def diagnose(request: Request, store: bool = Query(False, description="als
         if exc.diagnosis is None:
             raise
         d = exc.diagnosis  # the diagnosis computed before the write failed
-        return answer(
-            "not_stored",
-            200,
-            json.loads(d.model_dump_json()),
-            {"X-Attribution-Rules-Version": d.rules.version, "X-Attribution-Stored": "false"},
-        )
-    return answer(
-        "diagnosed",
-        200,
-        json.loads(d.model_dump_json()),
-        {"X-Attribution-Rules-Version": d.rules.version, "X-Attribution-Stored": "true" if store else "false"},
-    )
+        headers = {"X-Attribution-Rules-Version": d.rules.version, "X-Attribution-Stored": "false"}
+        return answer("not_stored", 200, json.loads(d.model_dump_json()), headers)
+    headers = {"X-Attribution-Rules-Version": d.rules.version, "X-Attribution-Stored": "true" if store else "false"}
+    return answer("diagnosed", 200, json.loads(d.model_dump_json()), headers)

@@ -3,66 +3,31 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from fastapi import HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from workload_attribution.contracts.identity import K8S_NAME, K8S_NAMESPACE, NAME_PATTERN, SLURM_JOB_ID
+from workload_attribution.contracts.identity import NAME_PATTERN, Name, Target, Window
 
-SUCCESS_STATES = {"COMPLETED"}
+# The schedulers' own completion notices (the webhooks' bodies) are their modules' (connectors/
+# slurm.py SlurmJobEvent, connectors/kueue.py KubernetesWorkloadEvent): the service routes each to
+# POST /v1/webhooks/<path> from the scheduler registry.
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", str_max_length=4096)
 
 
-class SlurmJobEvent(Strict):
-    """What deployments/slurm/attribution-hook sends when a job ends (jobcomp/script)."""
-
-    cluster: str = Field(pattern=NAME_PATTERN)
-    job_id: str = Field(pattern=f"^{SLURM_JOB_ID.pattern}$")
-    state: str = Field(pattern=r"^[A-Z_]{3,32}(?: by \d{1,10})?$", description="JOBSTATE, e.g. FAILED, NODE_FAIL")
-    attempt: int = Field(0, ge=0, le=100000, description="the job's restart count when known")
-    nodes: str | None = Field(None, max_length=65536, description="Slurm hostlist expression")
-    exit_code: str | None = Field(None, pattern=r"^-?\d{1,5}(?::-?\d{1,5})?$")
-    start: datetime | None = None
-    end: datetime | None = None
-    partition: str | None = Field(None, pattern=NAME_PATTERN)
-    user: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]{1,64}$")
-    diagnose: bool = Field(False, description="diagnose even if the job completed")
-
-
-class WorkloadCondition(BaseModel):
-    """One of a Workload's status.conditions, as Kubernetes writes it (other keys kept as they are)."""
-
-    model_config = ConfigDict(extra="allow", str_max_length=4096)
-    type: str = Field(max_length=316)
-    status: str = Field(max_length=16)
-    reason: str | None = None
-    message: str | None = None
-    lastTransitionTime: str | None = Field(None, max_length=64)  # Kubernetes spells it so
-
-
-class KubernetesWorkloadEvent(Strict):
-    """A Kueue Workload whose Finished or Evicted condition changed (deployments/kubernetes/forwarder.py)."""
-
-    cluster: str = Field(pattern=NAME_PATTERN)
-    namespace: str = Field(pattern=f"^{K8S_NAMESPACE.pattern}$")
-    name: str = Field(pattern=f"^{K8S_NAME.pattern}$")
-    uid: str | None = Field(None, pattern=r"^[0-9a-fA-F-]{1,64}$")
-    attempt: int = Field(0, ge=0, le=100000, description="status.requeueState.count")
-    conditions: list[WorkloadCondition] = Field(max_length=64, description="the Workload's status.conditions")
-    diagnose: bool = False
-
-
+# The flat form of a Target (`target()`), as /v1/attempts takes it; the job id's own form is its
+# scheduler's to check. (The docstring is the request's description in the OpenAPI document.)
 class AttemptRequest(Strict):
     """An explicit request: a job on a configured cluster, or nodes + a window."""
 
     cluster: str = Field(pattern=NAME_PATTERN)
     job_id: str | None = Field(None, max_length=300, pattern=r"^[A-Za-z0-9._/+-]+$")
     attempt: int = Field(0, ge=0, le=100000)
-    nodes: list[Annotated[str, Field(pattern=NAME_PATTERN)]] | None = Field(None, min_length=1, max_length=10000)
+    nodes: list[Name] | None = Field(None, min_length=1, max_length=10000)
     start: datetime | None = None
     end: datetime | None = None
 
@@ -78,6 +43,13 @@ class AttemptRequest(Strict):
             if self.end <= self.start:
                 raise ValueError("end must be after start")
         return self
+
+    def target(self) -> Target:
+        """What is asked: the job, or the window (ValueError, ValidationError when it cannot be one)."""
+        if self.job_id:
+            return Target(cluster=self.cluster, job_id=self.job_id, attempt=self.attempt)
+        assert self.nodes and self.start and self.end  # _one_scope
+        return Target(cluster=self.cluster, window=Window(nodes=self.nodes, start=self.start, end=self.end))
 
 
 class Accepted(BaseModel):

@@ -1,25 +1,27 @@
 """Triggers: the schedulers' webhooks and explicit requests, each turned into one flow run of the
-attempt deployment (see intake.py for how an accepted trigger is never lost)."""
+attempt deployment (see intake.py for how an accepted trigger is never lost).
+
+Each registered scheduler with a completion notice has its webhook, `POST /v1/webhooks/<path>`
+(connectors/schedulers.py: Slurm's `slurm`, Kueue's `kubernetes`): the notice becomes a Target,
+diagnosed when the attempt failed, recorded when it did not."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from workload_attribution.contracts.identity import Target, Window
-from workload_attribution.contracts.vocabulary import Scheduler
+from workload_attribution.connectors.schedulers import Scheduler, Webhook, get_scheduler, schedulers
+from workload_attribution.contracts.identity import STATIC, Target
 from workload_attribution.service.auth import Scope, authorize, check_signature, require
 from workload_attribution.service.intake import Unreachable
 from workload_attribution.service.payloads import (
-    SUCCESS_STATES,
     Accepted,
     AttemptRequest,
-    KubernetesWorkloadEvent,
-    SlurmJobEvent,
     invalid,
     json_body,
     parse,
@@ -42,7 +44,7 @@ async def signed_body(request: Request) -> bytes:
     return body
 
 
-def _cluster(svc: Any, name: str, needs: Scheduler | None, what: str) -> Scheduler:
+def _cluster(svc: Any, name: str, needs: str | None, what: str) -> Scheduler:
     """The cluster's scheduler; 422 naming why when the cluster is unknown or cannot scope `what`."""
     cluster = svc.cfg.clusters.get(name)
     if cluster is None:
@@ -50,10 +52,9 @@ def _cluster(svc: Any, name: str, needs: Scheduler | None, what: str) -> Schedul
         raise invalid("cluster", f"cluster {name!r} is not configured (configured: {known})")
     if needs is not None and cluster.scheduler != needs:
         raise invalid(
-            "cluster",
-            f"cluster {name!r} is scheduled by {cluster.scheduler.value}, not {needs.value}: it cannot scope {what}",
+            "cluster", f"cluster {name!r} is scheduled by {cluster.scheduler}, not {needs}: it cannot scope {what}"
         )
-    return cluster.scheduler
+    return get_scheduler(cluster.scheduler)
 
 
 def _outcome(svc: Any, source: str, outcome: str, key: str, detail: str = "") -> None:
@@ -61,10 +62,9 @@ def _outcome(svc: Any, source: str, outcome: str, key: str, detail: str = "") ->
     log.info("trigger %s %s: %s%s", source, key, outcome, f" ({detail})" if detail else "")
 
 
-async def start(request: Request, source: str, target: Target, scheduler: Scheduler) -> JSONResponse:
+async def start(request: Request, source: str, target: Target, key: str) -> JSONResponse:
     """Record the trigger durably, then create its flow run within answer_within_s if Prefect allows."""
     svc = request.app.state.svc
-    key = target.attempt_id(scheduler).key
     params = {"target": target.model_dump(mode="json", exclude_none=True)}
     tags = [f"trigger:{source}", f"cluster:{target.cluster}"]
     try:
@@ -115,39 +115,38 @@ def recorded(request: Request, source: str, key: str, why: str) -> JSONResponse:
     return JSONResponse(Accepted(status="recorded", idempotency_key=key, reason=why).model_dump(), status_code=200)
 
 
-@router.post("/v1/webhooks/slurm", status_code=202, response_model=Accepted, openapi_extra=json_body(SlurmJobEvent))
-async def slurm_webhook(request: Request, body: bytes = Depends(signed_body)):
-    """A Slurm job ended (sent by deployments/slurm/attribution-hook). Failed -> diagnosed."""
-    svc = request.app.state.svc
-    ev = parse(SlurmJobEvent, body)
-    scheduler = _cluster(svc, ev.cluster, Scheduler.slurm, "a Slurm job")
-    target = Target(cluster=ev.cluster, job_id=ev.job_id, attempt=ev.attempt, trigger="completion")
-    if ev.state.split()[0] in SUCCESS_STATES and not (ev.diagnose or svc.cfg.service.diagnose_completed):
-        return recorded(request, "slurm", target.attempt_id(scheduler).key, f"job {ev.state}")
-    return await start(request, "slurm", target, scheduler)
+def webhook(scheduler: Scheduler, hook: Webhook) -> Callable[[Request, bytes], Awaitable[JSONResponse]]:
+    """The endpoint of a scheduler's completion notice: failed -> diagnosed, else recorded."""
+
+    async def receive(request: Request, body: bytes = Depends(signed_body)) -> JSONResponse:
+        svc = request.app.state.svc
+        notice = hook.read(parse(hook.body, body))
+        _cluster(svc, notice.target.cluster or "", scheduler.name, hook.what)
+        key = notice.target.attempt_id(scheduler.name).key
+        if not notice.failed and not (notice.asked or svc.cfg.service.diagnose_completed):
+            return recorded(request, hook.path, key, notice.why)
+        return await start(request, hook.path, notice.target, key)
+
+    return receive
 
 
-@router.post(
-    "/v1/webhooks/kubernetes",
-    status_code=202,
-    response_model=Accepted,
-    openapi_extra=json_body(KubernetesWorkloadEvent),
-)
-async def kubernetes_webhook(request: Request, body: bytes = Depends(signed_body)):
-    """A Kueue Workload finished or was evicted. Evicted, or Finished but not Succeeded -> diagnosed."""
-    from workload_attribution.connectors.kueue import ended_badly
+def add_webhooks(router: APIRouter) -> None:
+    for scheduler in schedulers().values():
+        hook = scheduler.webhook
+        if hook is not None:
+            router.add_api_route(
+                f"/v1/webhooks/{hook.path}",
+                webhook(scheduler, hook),
+                methods=["POST"],
+                status_code=202,
+                response_model=Accepted,
+                openapi_extra=json_body(hook.body),
+                name=f"{hook.path}_webhook",
+                description=hook.doc,
+            )
 
-    svc = request.app.state.svc
-    ev = parse(KubernetesWorkloadEvent, body)
-    scheduler = _cluster(svc, ev.cluster, Scheduler.kueue, "a Kueue workload")
-    target = Target(cluster=ev.cluster, job_id=f"{ev.namespace}/{ev.name}", attempt=ev.attempt, trigger="completion")
-    if ended_badly([c.model_dump() for c in ev.conditions]) is None and not (
-        ev.diagnose or svc.cfg.service.diagnose_completed
-    ):
-        return recorded(
-            request, "kubernetes", target.attempt_id(scheduler).key, "workload did not end in failure or eviction"
-        )
-    return await start(request, "kubernetes", target, scheduler)
+
+add_webhooks(router)
 
 
 @router.post(
@@ -157,24 +156,23 @@ async def kubernetes_webhook(request: Request, body: bytes = Depends(signed_body
     openapi_extra=json_body(AttemptRequest),
     dependencies=[Depends(require(Scope.trigger))],
 )
-async def attempts(request: Request):
+async def attempts(request: Request) -> JSONResponse:
     """Diagnose an explicit attempt: a job on a configured cluster, or nodes + window."""
     from pydantic import ValidationError
 
     svc = request.app.state.svc
     req = parse(
-        AttemptRequest, await read_body(request, svc.cfg.service.max_body_bytes, svc.cfg.service.body_timeout_s)
+        AttemptRequest, await read_body(request, svc.cfg.service.attempts_max_bytes, svc.cfg.service.body_timeout_s)
     )
     scheduler = _cluster(svc, req.cluster, None, "")
+    if req.job_id and not scheduler.jobs:
+        why = f"cluster {req.cluster!r} has no scheduler ({scheduler.name}): give nodes + start + end"
+        raise invalid("job_id", why)
     try:
+        target = req.target()
         if req.job_id:
-            if scheduler == Scheduler.static:
-                raise invalid("job_id", f"cluster {req.cluster!r} has no scheduler (static): give nodes + start + end")
-            target = Target(cluster=req.cluster, job_id=req.job_id, attempt=req.attempt)
-            target.attempt_id(scheduler)  # the job id in the scheduler's own form, or 422
-        else:
-            assert req.nodes and req.start and req.end
-            target = Target(cluster=req.cluster, window=Window(nodes=req.nodes, start=req.start, end=req.end))
+            scheduler.job_id(req.job_id)  # the job id in the scheduler's own form, or 422
+        key = target.attempt_id(scheduler.name if req.job_id else STATIC).key
     except (ValueError, ValidationError) as exc:
         raise invalid("job_id" if req.job_id else "nodes", str(exc).splitlines()[-1][:200]) from None
-    return await start(request, "api", target, scheduler if req.job_id else Scheduler.static)
+    return await start(request, "api", target, key)

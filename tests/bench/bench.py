@@ -182,7 +182,7 @@ def phases(bundle: str) -> dict[str, float]:
     results = [steps.collect_source(scoped, src, pack) for src in scoped.sources]
     t["collect"] = time.perf_counter() - s
     s = time.perf_counter()
-    coverage = steps.store_observations(scoped, results)
+    coverage = steps.normalize_collected(scoped, results)
     t["store"] = time.perf_counter() - s
     s = time.perf_counter()
     steps.attribute(scoped, coverage, pack)

@@ -38,13 +38,13 @@ from workload_attribution.warehouse import writer
 if stage == "publish-mid-transaction":
     writer.insert_topology = die          # called inside the write transaction, after the main row
 else:
-    setattr(steps, {"scope": "scope_attempt", "collect": "collect_source", "store": "store_observations",
+    setattr(steps, {"scope": "scope_attempt", "collect": "collect_source", "normalize": "normalize_collected",
                     "attribute": "attribute"}[stage], die)
 from workload_attribution.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
-STAGES = ["scope", "collect", "store", "attribute", "publish-mid-transaction"]
+STAGES = ["scope", "collect", "normalize", "attribute", "publish-mid-transaction"]
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ def _diagnose(bundle, api):
 
     from workload_attribution.connectors import kueue
     from workload_attribution.connectors.registry import CollectContext
-    from workload_attribution.tasks.steps import Scoped, attribute, store_observations
+    from workload_attribution.tasks.steps import ScopedAttempt, attribute, normalize_collected
 
     objects = fetch(_src(api), yaml.safe_load((bundle / "attempt.yaml").read_text())["job_id"])
     scope = scope_from(objects, cluster="eos")
@@ -53,8 +53,8 @@ def _diagnose(bundle, api):
         results = [kueue.store(CollectContext(source="kueue", scope=scope, staging=staging, config=_src(api)), objects)]
         for s in ("app", "syslog", "metrics"):
             results.append(collect_bundle(bundle, scope, s, staging, pack.prefilter(s)))
-        scoped = Scoped(scope=scope, staging=staging)
-        return scope, attribute(scoped, store_observations(scoped, results), pack)
+        scoped = ScopedAttempt(scope=scope, staging=staging)
+        return scope, attribute(scoped, normalize_collected(scoped, results), pack)
     finally:
         release_staging(staging)
 

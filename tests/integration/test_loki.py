@@ -97,7 +97,7 @@ def test_pagination_and_window_splitting_lose_and_duplicate_nothing(loki, staged
 
 def test_lines_from_loki_drive_the_same_verdict(loki, staged):
     from workload_attribution.connectors.registry import Collected
-    from workload_attribution.tasks.steps import Scoped, attribute, store_observations
+    from workload_attribution.tasks.steps import ScopedAttempt, attribute, normalize_collected
 
     scope, staging = staged
     pack = default_pack()
@@ -114,8 +114,8 @@ def test_lines_from_loki_drive_the_same_verdict(loki, staged):
     ]
     for s in ("sacct", "metrics"):
         results.append(Collected(collect_bundle(WORKED, scope, s, staging, pack.prefilter(s)).coverage))
-    scoped = Scoped(scope=scope, staging=staging)
-    d = attribute(scoped, store_observations(scoped, results), pack)
+    scoped = ScopedAttempt(scope=scope, staging=staging)
+    d = attribute(scoped, normalize_collected(scoped, results), pack)
     assert (d.terminal_state, d.sub_domain, d.affected_nodes) == ("hardware_failure", "nvlink", ["gb-r12-n04"])
     ev = {e.id: e for e in d.evidence}
     assert ev[d.root_cause.evidence[0]].connector == "loki"
@@ -131,7 +131,7 @@ def test_hostile_host_names_stay_inside_the_selector():
 def test_empty_result_is_empty_not_ok(loki, staged):
     scope, staging = staged
     cov = coverage_of(LokiSource(url=loki.url, source="app", selector='{job="nothing-here"}'), scope, staging, [])
-    assert cov.status == CoverageStatus.empty and cov.details["hosts_without_streams"] == sorted(scope.nodes)
+    assert cov.status == CoverageStatus.empty and cov.details.hosts_without_streams == sorted(scope.nodes)
 
 
 def test_bad_selector_is_an_error_with_lokis_reason(loki, staged):

@@ -20,7 +20,7 @@ def test_reads_backfilled_dcgm_series_back(prometheus, staged):
     cov = coverage_of(PrometheusSource(url=prometheus.url), scope, staging)
     assert cov.status == CoverageStatus.ok, cov
     assert set(cov.nodes) == set(scope.nodes)
-    assert cov.details["queries"]["dcgm_xid"]["series"] == len(scope.nodes) * 4
+    assert cov.details.queries["dcgm_xid"].series == len(scope.nodes) * 4
     con = connect(staging)
     try:
         got = con.execute("""SELECT node, labels['gpu'], max(value) FROM samples
@@ -53,7 +53,7 @@ def test_reads_backfilled_infiniband_counters_back(prometheus):
             scope,
             staging,
         )
-        assert cov.status == CoverageStatus.ok and cov.details["queries"]["ib_link_downed"]["series"] == 8
+        assert cov.status == CoverageStatus.ok and cov.details.queries["ib_link_downed"].series == 8
         con = connect(staging)
         rows = con.execute("""SELECT node, labels['device'], min(value), max(value) FROM samples
                               GROUP BY ALL HAVING max(value) > min(value)""").fetchall()
@@ -67,7 +67,7 @@ def test_metrics_from_prometheus_drive_the_same_verdict(prometheus, staged):
     """Syslog from the bundle, metrics from the live server: the DCGM transition corroborates the root."""
     from workload_attribution.connectors.registry import Collected
     from workload_attribution.rules.pack import default_pack
-    from workload_attribution.tasks.steps import Scoped, attribute, store_observations
+    from workload_attribution.tasks.steps import ScopedAttempt, attribute, normalize_collected
 
     scope, staging = staged
     pack = default_pack()
@@ -75,8 +75,8 @@ def test_metrics_from_prometheus_drive_the_same_verdict(prometheus, staged):
     for source in ("app", "syslog", "sacct"):
         results.append(collect_bundle(WORKED, scope, source, staging, pack.prefilter(source)))
     results.append(Collected(coverage_of(PrometheusSource(url=prometheus.url), scope, staging)))
-    scoped = Scoped(scope=scope, staging=staging)
-    d = attribute(scoped, store_observations(scoped, results), pack)
+    scoped = ScopedAttempt(scope=scope, staging=staging)
+    d = attribute(scoped, normalize_collected(scoped, results), pack)
     assert (d.terminal_state, d.sub_domain, d.affected_nodes) == ("hardware_failure", "nvlink", ["gb-r12-n04"])
     root = next(s for s in d.symptoms if s.role == "root")
     ev = {e.id: e for e in d.evidence}
@@ -99,7 +99,7 @@ def test_bad_query_is_recorded_and_other_queries_still_run(prometheus, staged):
     src = PrometheusSource(url=prometheus.url, queries={"broken": "up{", "up": 'up{instance=~"{hosts_with_port}"}'})
     cov = coverage_of(src, scope, staging)
     assert cov.status == CoverageStatus.partial
-    assert "broken: HTTP 400" in cov.error and cov.details["queries"]["up"]["series"] == len(scope.nodes)
+    assert "broken: HTTP 400" in cov.error and cov.details.queries["up"].series == len(scope.nodes)
 
 
 def _serve(handler_body):

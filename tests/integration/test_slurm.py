@@ -148,7 +148,7 @@ def test_collect_feeds_the_rules(slurm, jobs):
     staging = create_staging(scope)
     try:
         cov = coverage_of(src, scope, staging)
-        assert cov.status == CoverageStatus.ok and cov.details["via"] == "slurmrestd"
+        assert cov.status == CoverageStatus.ok and cov.details.via == "slurmrestd"
         con = connect(staging)
         pack = default_pack()
         prepare(con, pack, Settings())

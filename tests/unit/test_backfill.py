@@ -10,8 +10,8 @@ import duckdb
 import pytest
 
 from tests.conftest import EXAMPLES
-from workload_attribution.contracts.identity import AttemptId, Target
-from workload_attribution.flows.backfill import Attempt, backfill_inline, parse_when, plan
+from workload_attribution.contracts.identity import AttemptId, EndedAttempt, Target
+from workload_attribution.flows.backfill import backfill_inline, parse_when, plan
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
 
@@ -40,7 +40,7 @@ def test_parse_when_refuses(bad):
 
 def test_plan_sorts_done_stale_new_and_collapses_repeats():
     a, b, c = (
-        Attempt(AttemptId(cluster="eos", scheduler="slurm", job_id=str(i)), Target(cluster="eos", job_id=str(i)))
+        EndedAttempt(AttemptId(cluster="eos", scheduler="slurm", job_id=str(i)), Target(cluster="eos", job_id=str(i)))
         for i in (1, 2, 3)
     )
     p = plan([a, b, c, a], {a.key: "v2", b.key: "v1"}, "v2")

@@ -108,7 +108,7 @@ def test_bad_bytes_nul_crlf_and_long_lines_survive_and_are_counted(bundle):
     got, lines = _collect(bundle, "syslog")
     cov = got.coverage
     assert cov.status == CoverageStatus.partial
-    assert cov.details["lines_with_bad_bytes"] == 2 and cov.details["long_lines"] == 1
+    assert cov.details.lines_with_bad_bytes == 2 and cov.details.long_lines == 1
     mine = [x for x in lines if x[0] == "logs/syslog/gb-r12-n04.log" and "c1:00" in x[2]]
     assert len(mine) == 3
     assert "café" in mine[0][2] and "\ufffd" in mine[0][2] and not mine[0][2].endswith("\r")
@@ -138,7 +138,7 @@ def test_symlink_outside_the_bundle_is_refused(bundle, tmp_path):
     outside.write_text("Nov 20 13:00:00 h kernel: NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.\n")
     os.symlink(outside, bundle / "logs" / "syslog" / "evil.log")
     got, lines = _collect(bundle, "syslog")
-    assert any("evil.log" in r for r in got.coverage.details["refused"])
+    assert any("evil.log" in r for r in got.coverage.details.refused)
     assert not any("evil" in x[0] for x in lines)
 
 

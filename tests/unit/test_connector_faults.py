@@ -131,7 +131,7 @@ def diagnose_with(connector: str, url: str):
     sources = {"slurm": {"sacct": ("slurm", cluster.slurm)}, "kueue": {"kueue": ("kubernetes", cluster.kueue)}}.get(
         scheduler, {}
     ) | {name: (cfg.connector, cfg) for name, cfg in cluster.sources.items()}
-    scoped = steps.Scoped(scope=scope, staging=create_staging(scope), sources=sources)
+    scoped = steps.ScopedAttempt(scope=scope, staging=create_staging(scope), sources=sources)
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=4) as pool:
         d = attribute_story(
@@ -234,7 +234,7 @@ def test_loki_pages_that_never_end_stop_at_the_bound_as_partial():
     finally:
         server.stop()
     assert cov.status.value == "partial"
-    assert cov.details["truncated_windows"] >= 1
+    assert cov.details.truncated_windows >= 1
     assert sum(1 for p, _ in server.requests if p.endswith("query_range")) == 25 * 1  # max_pages, one window
     assert cov.observations == 25 * 100
     assert elapsed < 30

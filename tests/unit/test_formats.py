@@ -104,7 +104,7 @@ def test_rotated_and_compressed_logs_are_read_as_their_hosts_lines(worked):
     got, lines, files = _collect(worked, "syslog")
     cov = got.coverage
     assert cov.status == CoverageStatus.ok and cov.unparsed == 0 and cov.files == 7
-    assert cov.nodes == [f"gb-r12-n0{i}" for i in range(1, 7)] and not cov.details["missing_nodes"]
+    assert cov.nodes == [f"gb-r12-n0{i}" for i in range(1, 7)] and not cov.details.missing_nodes
     # each file keeps its own path for evidence; several files of one host are that host's lines
     assert {p: n for p, n in files.items() if "n04" in p or "n05" in p or "n06" in p} == {
         "logs/syslog/gb-r12-n04.log.1": "gb-r12-n04",
@@ -143,7 +143,7 @@ def test_corrupt_archives_are_counted_never_fatal(worked):
     got, lines, _ = _collect(worked, "syslog")
     cov = got.coverage
     assert cov.status == CoverageStatus.partial and cov.unparsed == 4
-    reasons = dict(r.split(": ", 1) for r in cov.details["corrupt_archives"])
+    reasons = dict(r.split(": ", 1) for r in cov.details.corrupt_archives)
     assert set(reasons) == {
         "logs/syslog/gb-r12-n04.log.gz",
         "logs/syslog/gb-r12-n05.log.gz",

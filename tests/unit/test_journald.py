@@ -99,7 +99,7 @@ def test_one_export_per_host(tmp_path, scope):
     )
     cov, lines = staged_lines(scope, JournaldSource(path=str(tmp_path / "{host}.json")))
     assert cov.status.value == "ok" and cov.nodes == ["n1", "n2"] and cov.observations == 4
-    assert cov.details["binary_messages"] == 1 and cov.details["matched_lines"] == 3
+    assert cov.details.binary_messages == 1 and cov.details.matched_lines == 3
     assert [(n, ln) for n, ln, _, _ in lines] == [("n1", 1), ("n1", 3), ("n2", 1)]  # numbered as in the file
     assert lines[0][2] == f"kernel: {XID}" and lines[0][3] == t.replace(tzinfo=None)
     assert lines[1][2].startswith("kernel: NVRM: Xid ")
@@ -125,7 +125,7 @@ def test_one_export_for_the_fleet_keeps_the_attempts_hosts_and_window(tmp_path, 
     cov, lines = staged_lines(scope, JournaldSource(path=str(tmp_path / "fleet.json")))
     assert [(n, text.endswith("fallen off the bus.")) for n, _, text, _ in lines] == [("n1", True)]
     assert cov.status.value == "partial" and cov.unparsed == 2
-    assert cov.details["other_hosts"] == 1 and cov.details["outside_window"] == 1
+    assert cov.details.other_hosts == 1 and cov.details.outside_window == 1
     assert "not journal entries" in cov.error
 
 
@@ -134,7 +134,7 @@ def test_missing_exports_are_reported_not_healthy(tmp_path, scope):
     assert cov.status.value == "unavailable" and "no journal export" in cov.error
     (tmp_path / "n1.json").write_text(entry("n1", datetime(2026, 11, 20, 11, 0, tzinfo=timezone.utc), XID) + "\n")
     cov, _ = staged_lines(scope, JournaldSource(path=str(tmp_path / "{host}.json")))
-    assert cov.status.value == "partial" and cov.details["missing_nodes"] == ["n2"]
+    assert cov.status.value == "partial" and cov.details.missing_nodes == ["n2"]
 
 
 def test_a_diagnosis_from_journald_syslog(tmp_path):

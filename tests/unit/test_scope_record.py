@@ -81,7 +81,7 @@ def set_record(
     path.write_text(json.dumps(doc, indent=2))
 
 
-def scoped(bundle: Path) -> tuple[steps.Scoped, tuple]:
+def scoped(bundle: Path) -> tuple[steps.ScopedAttempt, tuple]:
     """The attempt scoped from the bundle, and the `attempt` row the rules read."""
     sc = steps.scope_attempt(Target(bundle=str(bundle)))
     try:

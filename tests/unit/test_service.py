@@ -376,8 +376,9 @@ def test_a_busy_orchestrator_gets_the_caller_an_answer_in_time_and_the_run_still
     ],
 )
 def test_explicit_attempt_ids_are_validated_like_the_webhooks(env, doc, field):
-    """/v1/attempts checks a job id with the scheduler's own form (contracts.identity.check_job_id), the
-    same check the webhooks' job ids and workload names pass; the answer names the field."""
+    """/v1/attempts checks a job id with the scheduler's own form (its module's check_job_id, found in
+    the scheduler registry), the same check the webhooks' job ids and workload names pass; the answer
+    names the field."""
     client, trigger, _ = env
     r = client.post("/v1/attempts", json=doc, headers={"Authorization": f"Bearer {TOKEN}"})
     assert r.status_code == 422, r.text

@@ -1,0 +1,279 @@
+"""Schedulers behind a registry (connectors/schedulers.py): each scheduler's states table says what
+its states mean, and a new scheduler is one module and its table. The proof: a toy scheduler module,
+dropped beside the shipped ones and nowhere else named, is configured, scopes and diagnoses a job
+(`attribution diagnose --job`), has its failed jobs found and diagnosed by the backfill, and takes
+its own completion notices on its own webhook."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from workload_attribution.connectors.kueue import STATES as KUEUE
+from workload_attribution.connectors.kueue import ended_badly
+from workload_attribution.connectors.schedulers import StateTable, get_scheduler, schedulers
+from workload_attribution.connectors.slurm import STATES as SLURM
+
+# Slurm's job state codes (squeue(1), JOB STATE CODES)
+SLURM_DOCUMENTED = (
+    "BOOT_FAIL CANCELLED COMPLETED CONFIGURING COMPLETING DEADLINE FAILED NODE_FAIL OUT_OF_MEMORY PENDING PREEMPTED "
+    "RUNNING RESV_DEL_HOLD REQUEUE_FED REQUEUE_HOLD REQUEUED RESIZING REVOKED SIGNALING SPECIAL_EXIT STAGE_OUT "
+    "STOPPED SUSPENDED TIMEOUT"
+).split()
+
+
+def test_the_slurm_table_holds_every_documented_state_and_the_lists_it_replaced():
+    assert sorted(r.state for r in SLURM.rows) == sorted(SLURM_DOCUMENTED)
+    # what backfills looked for, what a record taken before the end is, what a webhook records
+    assert set(SLURM.failure_states()) == {
+        "FAILED",
+        "NODE_FAIL",
+        "TIMEOUT",
+        "OUT_OF_MEMORY",
+        "CANCELLED",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+    unended = {s for s in SLURM_DOCUMENTED if SLURM.unended(s)}
+    assert unended == {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "SIGNALING"} | {
+        "STAGE_OUT",
+        "STOPPED",
+    }
+    assert [s for s in SLURM_DOCUMENTED if SLURM.completed(s)] == ["COMPLETED"]
+    assert not SLURM.ended("REQUEUED") and not SLURM.unended("REQUEUED")  # over for this attempt, runs again
+    assert SLURM.failed("CANCELLED by 0") and SLURM.of("CANCELLED by 0").sub_domain == "cancelled"
+    assert SLURM.of("TIMEOUT").terminal_state == "scheduler_action" and SLURM.of("FAILED").terminal_state == ""
+    later = SLURM.of("LAUNCH_FAILED")  # a state a later Slurm adds: over, not looked for, meaning nothing alone
+    assert (later.ended, later.failed, later.terminal_state) == ("yes", False, "")
+
+
+@pytest.mark.parametrize(
+    "conditions, failed",
+    [
+        ([{"type": "Finished", "status": "True", "reason": "Succeeded"}], False),
+        ([{"type": "Finished", "status": "True", "reason": "Failed"}], True),
+        ([{"type": "Finished", "status": "True"}], True),
+        ([{"type": "Finished", "status": "False", "reason": "Failed"}], False),
+        ([{"type": "Evicted", "status": "True", "reason": "Preempted"}], True),
+        (
+            [
+                {"type": "Evicted", "status": "True", "reason": "PodsReadyTimeout"},
+                {"type": "Finished", "status": "True", "reason": "Succeeded"},
+            ],
+            True,
+        ),
+        ([{"type": "Admitted", "status": "True"}], False),
+        (["not a condition"], False),
+    ],
+)
+def test_a_workload_ended_badly_as_the_kueue_table_says(conditions, failed):
+    assert (ended_badly(conditions) is not None) is failed
+    assert KUEUE.completed("Finished:Succeeded") and KUEUE.failed("Finished:Failed") and KUEUE.unended("Running")
+
+
+@pytest.mark.parametrize(
+    "row, error",
+    [
+        ("X,yes,yes,,,m,", "reference"),
+        ("X,maybe,yes,,,m,https://example.org", "ended"),
+        ("X,yes,yes,completed,gpu,m,https://example.org", "does not belong"),
+        ("X,yes,yes,,gpu,m,https://example.org", "without its terminal_state"),
+        ("X,yes,yes,broken,,m,https://example.org", "broken"),
+    ],
+)
+def test_a_table_row_is_checked_and_named_by_its_line(tmp_path, row, error):
+    path = tmp_path / "t_states.csv"
+    path.write_text(f"state,ended,failed,terminal_state,sub_domain,meaning,reference\n{row}\n")
+    with pytest.raises(ValueError, match=error) as got:
+        StateTable.load(path)
+    assert "t_states.csv line 2" in str(got.value)
+
+
+def test_the_shipped_schedulers():
+    found = schedulers()
+    assert {"slurm", "kueue", "static"} <= set(found)
+    assert [found[s].webhook.path for s in ("slurm", "kueue")] == ["slurm", "kubernetes"]
+    assert found["static"].discover is None and not found["static"].jobs
+    with pytest.raises(ValueError, match="not a Slurm job id"):
+        get_scheduler("slurm").job_id("../etc/passwd")
+    assert get_scheduler("kueue").job_id("team-a/train-7") == "team-a/train-7"
+
+
+# ----------------------------------------------------------------------- a new scheduler, one module
+
+TOY = '''
+"""A toy scheduler: its jobs are JSON files in a folder (<folder>/<job id>.json)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from workload_attribution.connectors.registry import SourceConfig
+from workload_attribution.connectors.schedulers import Notice, Scheduler, StateTable, Webhook, register_scheduler
+from workload_attribution.contracts.errors import TransientSourceError
+from workload_attribution.contracts.identity import AttemptId, EndedAttempt, Target
+from workload_attribution.contracts.models import AttemptScope
+
+STATES = StateTable.load(Path(__file__).parent / "data" / "toy_states.csv")
+
+
+class ToySource(SourceConfig):
+    folder: str
+
+
+def _job(src: ToySource, job_id: str) -> dict:
+    return json.loads((Path(src.folder) / f"{job_id}.json").read_text())
+
+
+def scope(src: ToySource, target: Target) -> AttemptScope:
+    job = _job(src, target.job_id or "")
+    if target.trigger == "completion" and not STATES.ended(job["state"]):
+        raise TransientSourceError(f"toy job {target.job_id} has not ended")
+    return AttemptScope(cluster=target.cluster, scheduler="toy", job_id=target.job_id, attempt=job["attempt"],
+                        nodes=job["nodes"], start=job["start"], end=job["end"], state=job["state"])
+
+
+def discover(src: ToySource, cluster: str, since: datetime, until: datetime) -> list[EndedAttempt]:
+    found = []
+    for path in sorted(Path(src.folder).glob("*.json")):
+        job = json.loads(path.read_text())
+        end = datetime.fromisoformat(job["end"])
+        if STATES.failed(job["state"]) and since <= end < until:
+            attempt = AttemptId(cluster=cluster, scheduler="toy", job_id=path.stem, attempt=job["attempt"])
+            found.append(EndedAttempt.recorded(attempt, end))
+    return found
+
+
+class ToyEnded(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cluster: str
+    job: str
+    state: str
+
+
+def read_notice(ended: ToyEnded) -> Notice:
+    attempt = AttemptId(cluster=ended.cluster, scheduler="toy", job_id=ended.job)
+    return Notice(Target.completed(attempt), STATES.failed(ended.state), f"toy job {ended.state}")
+
+
+register_scheduler(Scheduler(name="toy", scope=scope, states=STATES, config=ToySource, discover=discover,
+                             webhook=Webhook("toy", ToyEnded, read_notice, "a toy job", "A toy job ended.")))
+'''
+
+TOY_STATES = """state,ended,failed,terminal_state,sub_domain,meaning,reference
+DONE,yes,no,completed,none,every task exited 0,https://example.org/toy#states
+CRASHED,yes,yes,,,a task failed: the evidence decides,https://example.org/toy#states
+RUNNING,no,no,,,running,https://example.org/toy#states
+"""
+
+LAUNCH = """
+import sys
+
+import workload_attribution.connectors as connectors
+
+connectors.__path__.append(sys.argv[1])  # the toy module, beside the shipped ones
+if sys.argv[2] == "webhook":
+    import json, os
+    from fastapi.testclient import TestClient
+    from workload_attribution.flows.config import load_config
+    from workload_attribution.service.app import create_app
+    from workload_attribution.service.auth import sign
+
+    class Recorder:
+        runs = []
+        async def start(self, key, parameters, tags):
+            self.runs.append(key)
+            return "run-1", False
+        async def reset(self):
+            pass
+
+    os.environ["ATTRIBUTION_WEBHOOK_SECRET"] = "s3cret"
+    app, out = create_app(load_config(sys.argv[3]), Recorder()), {}
+    with TestClient(app) as client:
+        for state in ("CRASHED", "DONE"):
+            body = json.dumps({"cluster": "lab", "job": "42", "state": state}).encode()
+            headers = {**sign("s3cret", body), "Content-Type": "application/json"}
+            r = client.post("/v1/webhooks/toy", content=body, headers=headers)
+            out[state] = [r.status_code, r.json()]
+    print(json.dumps({**out, "runs": Recorder.runs, "paths": list(app.openapi()["paths"])}))
+else:
+    from workload_attribution.cli import main
+
+    sys.exit(main(sys.argv[2:]))
+"""
+
+XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> tuple[Path, Path]:
+    """(the launcher, the configuration): the toy module and its table in a folder of their own; a
+    cluster `lab` scheduled by it, with two jobs (42 crashed, its host t2 logged an XID 79 just
+    before; 43 done) and per-host syslog files."""
+    module = tmp_path / "toy"
+    (module / "data").mkdir(parents=True)
+    (module / "toy.py").write_text(TOY)
+    (module / "data" / "toy_states.csv").write_text(TOY_STATES)
+    jobs, logs = tmp_path / "jobs", tmp_path / "logs"
+    jobs.mkdir()
+    logs.mkdir()
+    window = {"start": "2026-11-20T10:00:00+00:00", "end": "2026-11-20T12:00:00+00:00"}
+    (jobs / "42.json").write_text(json.dumps({"attempt": 1, "nodes": ["t1", "t2"], "state": "CRASHED", **window}))
+    (jobs / "43.json").write_text(json.dumps({"attempt": 0, "nodes": ["t3"], "state": "DONE", **window}))
+    (logs / "t2.log").write_text(f"2026-11-20T11:57:05.000000+00:00 t2 kernel: {XID}\n")
+    config = tmp_path / "attribution.yaml"
+    config.write_text(
+        f"warehouse: ''\nservice: {{outbox_dir: '{tmp_path / 'outbox'}'}}\n"
+        f"clusters:\n  lab:\n    scheduler: toy\n    toy: {{folder: '{jobs}'}}\n"
+        f"    sources:\n      syslog: {{connector: files, path: '{logs}/{{host}}.log'}}\n"
+    )
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(LAUNCH)
+    return launcher, config
+
+
+def launch(toy: tuple[Path, Path], *args: str) -> subprocess.CompletedProcess[str]:
+    launcher, config = toy
+    argv = [sys.executable, str(launcher), str(launcher.parent / "toy"), *args]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def test_a_new_scheduler_is_one_module_and_its_table(toy, tmp_path):
+    _, config = toy
+    r = launch(toy, "diagnose", "--config", str(config), "--cluster", "lab", "--job", "42", "--json", "--inline")
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    assert {k: d["attempt"][k] for k in ("scheduler", "job_id", "attempt", "nodes", "state")} == {
+        "scheduler": "toy",
+        "job_id": "42",
+        "attempt": 1,
+        "nodes": ["t1", "t2"],
+        "state": "CRASHED",
+    }
+    assert (d["terminal_state"], d["sub_domain"], d["affected_nodes"]) == ("hardware_failure", "gpu", ["t2"])
+
+    warehouse = tmp_path / "w.duckdb"
+    window = ["--since", "2026-11-20T00:00:00Z", "--until", "2026-11-21T00:00:00Z"]
+    r = launch(toy, "backfill", "--config", str(config), "--inline", *window, "--warehouse", str(warehouse), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads(r.stdout)
+    assert (summary["found"], summary["diagnosed"], summary["failed"]) == (1, 1, 0), summary
+    assert summary["by_terminal_state"] == {"hardware_failure": 1}
+
+    r = launch(toy, "webhook", str(config))
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout)
+    assert "/v1/webhooks/toy" in got["paths"]
+    assert got["CRASHED"] == [202, {**got["CRASHED"][1], "status": "accepted", "idempotency_key": "lab:toy:42:0"}]
+    assert got["DONE"][0] == 200 and got["DONE"][1]["status"] == "recorded"
+    assert got["runs"] == ["lab:toy:42:0"]
