@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from workload_attribution.connectors import scheduler_records as sr
 from workload_attribution.connectors.coverage import Cover, Tally
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
-from workload_attribution.connectors.schedulers import schedulers
+from workload_attribution.connectors.schedulers import Scheduler, schedulers
 from workload_attribution.connectors.text import SQL_DIR, LogFileDetails, ScanStats, TextFile, scan_files
 from workload_attribution.connectors.topology import (
     MAX_TOPOLOGY_BYTES,
@@ -209,7 +209,8 @@ def _absent(cover: Cover, scope: AttemptScope, why: str) -> Collected:
     """A scheduler's records not in the bundle: missing evidence (`unavailable`) when the attempt's
     scheduler keeps its record as this source, else not applicable (`skipped`)."""
     scheduler = schedulers().get(scope.scheduler)
-    if scheduler is not None and scheduler.records is not None and scheduler.records[0] == cover.source:
+    keeps = scheduler is not None and (scheduler.records is not None or scheduler.bundle is not None)
+    if keeps and scheduler is not None and _record_source(scheduler) == cover.source:
         return cover.outcome(CoverageStatus.unavailable, why)
     return cover.outcome(CoverageStatus.skipped)
 
@@ -320,6 +321,33 @@ def read_sacct_record(bundle: Path) -> Any | None:
     return _load_json(path)
 
 
+def read_record_files(bundle: Path, names: tuple[str, ...]) -> dict[str, str]:
+    """A scheduler's record files the bundle holds (scheduler/<name>), name -> text, read under the
+    same rules as the sacct source (inside the bundle, regular files, at most MAX_RECORD_BYTES,
+    UTF-8); RecordError says why one cannot be read (naming it when the record has several)."""
+    found: dict[str, str] = {}
+    for name in names:
+        path = bundle / "scheduler" / name
+        if not os.path.lexists(path):
+            continue
+        problem = _dir_problem(bundle, "scheduler") or _problem(bundle, path)
+        try:
+            if problem:
+                raise sr.RecordError(problem)
+            found[name] = read_regular(path, MAX_RECORD_BYTES).decode("utf-8", errors="strict")
+        except OSError as exc:
+            raise sr.RecordError(_named(names, name, exc.strerror or str(exc))) from None
+        except UnicodeDecodeError as exc:
+            raise sr.RecordError(f"{name}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        except sr.RecordError as exc:
+            raise sr.RecordError(_named(names, name, str(exc))) from None
+    return found
+
+
+def _named(names: tuple[str, ...], name: str, why: str) -> str:
+    return why if len(names) == 1 else f"scheduler/{name}: {why}"
+
+
 class SacctFileDetails(Details):
     slurm_release: str | None
 
@@ -401,6 +429,45 @@ def _kueue_observations(bundle: Path, present: list[str]) -> tuple[list[Any], li
         except sr.RecordError as exc:
             errors.append(str(exc))
     return obs, errors, skipped
+
+
+def _record_source(scheduler: Scheduler) -> str:
+    """The source a scheduler's record is: its own (`sacct`, `kueue`), else `scheduler_record`."""
+    return scheduler.records[0] if scheduler.records is not None else Source.scheduler_record.value
+
+
+class RecordFileDetails(Details):
+    missing_files: list[str]
+    records_not_read: int
+
+
+def collect_scheduler_record(cover: Cover, bundle: Path, scope: AttemptScope, staging: str) -> Collected:
+    """The attempt's scheduler's own files (scheduler/qstat.json, bjobs.json ...: its BundleRecord),
+    read by its module into the same records its connector stages from the live scheduler."""
+    scheduler = schedulers().get(scope.scheduler)
+    if scheduler is None or scheduler.bundle is None or _record_source(scheduler) != cover.source:
+        return cover.outcome(CoverageStatus.skipped)
+    reader = scheduler.bundle
+    try:
+        files = read_record_files(bundle, reader.files)
+    except sr.RecordError as exc:
+        return cover.outcome(CoverageStatus.error, str(exc))
+    if not files:
+        return _absent(cover, scope, f"no {scope.scheduler} record in bundle (scheduler/: {', '.join(reader.files)})")
+    try:
+        record = reader.read(files, scope)
+    except sr.RecordError as exc:
+        return cover.outcome(CoverageStatus.error, str(exc), files=len(files))
+    with connected(staging) as con:
+        insert_observations(con, record.observations)
+    missing = [n for n in reader.files if n not in files]
+    return cover.judged(
+        Tally(observations=len(record.observations), unparsed=len(record.problems), gaps=bool(missing)),
+        nodes=sorted({o.node for o in record.observations if o.node}),
+        files=len(files),
+        error="; ".join(record.problems[:5]) or None,
+        details=RecordFileDetails(missing_files=missing, records_not_read=len(record.problems)),
+    )
 
 
 class MetricsFileDetails(Details):
@@ -555,9 +622,16 @@ def source_paths(bundle: Path, source: str) -> list[Path]:
     """Where in a bundle a source is read from: when none of them exists, collecting it only
     records that it is not there (flows/attempt.py skips its task run)."""
     scheduler = bundle / "scheduler"
+    records = [
+        scheduler / name
+        for s in schedulers().values()
+        if s.bundle is not None and _record_source(s) == Source.scheduler_record
+        for name in s.bundle.files
+    ]
     paths = {
         Source.sacct.value: [bundle / SACCT_FILE],
         Source.kueue.value: [scheduler / name for name in KUEUE_FILES],
+        Source.scheduler_record.value: records,
         Source.metrics.value: [bundle / "metrics"],
         Source.topology.value: [bundle / "topology.yaml"],
     }
@@ -568,6 +642,7 @@ Collector = Callable[[Cover, Path, AttemptScope, str], Collected]
 COLLECTORS: dict[str, Collector] = {
     Source.sacct.value: collect_sacct,
     Source.kueue.value: collect_kueue,
+    Source.scheduler_record.value: collect_scheduler_record,
     Source.metrics.value: collect_metrics,
     Source.topology.value: collect_topology,
 }

@@ -22,7 +22,7 @@ from workload_attribution.connectors import scheduler_records as sr
 from workload_attribution.connectors.coverage import Cover, Tally
 from workload_attribution.connectors.http import http_get
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
-from workload_attribution.connectors.schedulers import DATA, Notice, Scheduler, StateTable, Webhook, register_scheduler
+from workload_attribution.connectors.schedulers import Notice, Scheduler, Webhook, register_scheduler, state_table
 from workload_attribution.contracts.errors import BadInput, SourceError
 from workload_attribution.contracts.identity import NAME_PATTERN, AttemptId, EndedAttempt, Target
 from workload_attribution.contracts.models import AttemptScope, CoverageStatus, Details, Observation
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # at run time httpx is imported where a request is made: the 
 
 CONNECTOR = "kubernetes"
 KUEUE_API = "/apis/kueue.x-k8s.io/v1beta1"
-STATES = StateTable.load(DATA / "kueue_states.csv")
+STATES = state_table("kueue")
 K8S_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?")  # RFC 1123 subdomain
 K8S_NAMESPACE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")  # RFC 1123 label
 
@@ -296,6 +296,12 @@ def discover_failed(
                 raise KueueError("workload list paging loops: the server repeated a continue token")
             seen.add(token)
     raise KueueError(f"workload list did not stop paging after {src.max_pages} pages")
+
+
+def api_client(src: KueueSource, transport: httpx.BaseTransport | None = None) -> httpx.Client:
+    """A client of the API server `src` names (its URL, bearer token and CA, or a kubeconfig's), as
+    this connector talks to it; the Kubernetes action sink (actions/sinks/kubernetes.py) uses it too."""
+    return _client(src, transport)
 
 
 # ------------------------------------------------------------------------------ as a scheduler

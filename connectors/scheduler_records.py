@@ -1,17 +1,26 @@
-"""Scheduler documents -> record observations (Slurm sacct/slurmdb JSON, Kueue/Kubernetes objects).
+"""Scheduler documents -> record observations (Slurm sacct/slurmdb JSON, Kueue/Kubernetes objects,
+and the `scheduler_job` / `scheduler_event` records every other scheduler's module makes).
 
 These documents are small and nested; Python reads them into records that SQL rules query
-(`records.kind`, `records.attrs`). The scheduler's own record is evidence like any log line.
+(`records.kind`, `records.attrs`). The scheduler's own record is evidence like any log line; what
+its state, exit code and reason mean comes from the scheduler's table (schedulers.py StateTable)
+and travels with the record (`terminal_state`, `sub_domain`, `blamed_nodes`).
 """
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from typing import Any
 
+from workload_attribution.connectors.schedulers import STATE, Fact, Reading, state_table
 from workload_attribution.contracts.errors import SourceError
 from workload_attribution.contracts.hostlist import expand_hostlist
 from workload_attribution.contracts.models import EARLIEST, LATEST, Observation
+from workload_attribution.contracts.vocabulary import Source
+
+SCHEDULER_JOB = "scheduler_job"  # a scheduler's record of the job (PBS, LSF, Flux ...): its end, read through its table
+SCHEDULER_EVENT = "scheduler_event"  # one entry of the job's history as the scheduler recorded it
 
 
 class RecordError(SourceError):
@@ -124,6 +133,7 @@ def _sacct_job(job: dict[str, Any], release: str, problems: list[str]) -> dict[s
         "restarts": job.get("restart_cnt"),
         "slurm_release": release,
         "requeue": (job.get("flags") or []),
+        **state_table("slurm").read([Fact(STATE, _state(job.get("state")))]).attrs(),
     }
 
 
@@ -218,12 +228,23 @@ def workload_observations(
                 text=f"Workload {name} {c.get('type')}={c.get('status')} reason={c.get('reason')}: "
                 f"{c.get('message') or ''}",
                 path=path,
-                attrs={"workload": name, **{k: c.get(k) for k in ("type", "status", "reason", "message")}},
+                attrs={
+                    "workload": name,
+                    **{k: c.get(k) for k in ("type", "status", "reason", "message")},
+                    **_ending(c),
+                },
             )
             for c in (wl.get("status") or {}).get("conditions") or []
         ]
 
     return _records(_items(doc, "workload"), path, problems, read)
+
+
+def _ending(condition: dict[str, Any]) -> dict[str, Any]:
+    """What a Workload's Finished condition means by itself (kueue_states.csv `Finished:<reason>`)."""
+    if condition.get("type") != "Finished" or condition.get("status") != "True":
+        return {}
+    return state_table("kueue").read([Fact(STATE, f"Finished:{condition.get('reason')}")]).attrs()
 
 
 def pod_observations(
@@ -327,3 +348,50 @@ def node_observations(
         ]
 
     return _records(_items(doc, "nodes"), path, problems, read)
+
+
+# ------------------------------------------------------------- any other scheduler's record
+
+
+def job_observation(scheduler: str, job: dict[str, Any], reading: Reading, path: str, connector: str) -> Observation:
+    """A scheduler's record of the job as one observation (kind scheduler_job, source
+    scheduler_record): `job` holds job_id, name, state, exit_code, reason, nodes, start, end,
+    attempt (and what else the scheduler says); the reading says what it means."""
+    attrs = {"scheduler": scheduler, **job, **reading.attrs()}
+    return Observation(
+        source=Source.scheduler_record,
+        connector=connector,
+        kind=SCHEDULER_JOB,
+        time=job.get("end") or job.get("start"),
+        text=f"job {job.get('job_id')} state={job.get('state')} exit={job.get('exit_code')}"
+        + (f" reason={job['reason']}" if job.get("reason") else ""),
+        path=path,
+        attrs=attrs,
+    )
+
+
+def event_observation(
+    time: datetime | None, text: str, path: str, connector: str, line: int | None = None, **attrs: Any
+) -> Observation:
+    """One entry of the job's history as the scheduler recorded it (kind scheduler_event, source
+    scheduler_record): a tracejob line, a bhist event, an eventlog entry."""
+    return Observation(
+        source=Source.scheduler_record,
+        connector=connector,
+        kind=SCHEDULER_EVENT,
+        time=time,
+        text=text,
+        path=path,
+        line=line,
+        attrs=attrs,
+    )
+
+
+def load_json(text: str, name: str) -> Any:
+    """A scheduler's JSON document, or RecordError naming the file and where it breaks."""
+    try:
+        return json.loads(text, parse_int=lambda t: int(t) if len(t) < 1000 else float(t))
+    except RecursionError:
+        raise RecordError(f"{name}: nested too deeply to read") from None
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None

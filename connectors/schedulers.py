@@ -1,7 +1,7 @@
 """The scheduler protocol and its registry, like the sources' (registry.py).
 
-A scheduler is one module of this package that registers what it can do, and one table of its
-states (data/<name>_states.csv):
+A scheduler is one module of this package that registers what it can do, and one table of what its
+records say (data/<name>_states.csv):
 
     register_scheduler(Scheduler(
         name="slurm",                      # AttemptScope.scheduler, a cluster's `scheduler:`
@@ -9,23 +9,33 @@ states (data/<name>_states.csv):
         scope=scope,                       # (its config, a Target) -> the attempt's AttemptScope
         config=SlurmSource,                # how to reach it: the cluster's `slurm:` block
         records=("sacct", "slurm"),        # the source its record of the attempt is collected as, and by
+        bundle=BundleRecord(("sacct.json",), read_bundle),  # that record in a bundle's scheduler/ folder
         job_id=check_job_id,               # a job id in its own form, or ValueError naming the form
         discover=discover,                 # (config, cluster, since, until) -> the attempts that failed
         webhook=Webhook("slurm", SlurmJobEvent, read_notice, "a Slurm job", "..."),  # its completion notice
     ))
 
 Everything else finds it here: the cluster configuration's `scheduler:` and its block
-(clusters.py), scoping (tasks/steps.py), the backfill's discovery, the service's webhooks
-(`POST /v1/webhooks/<path>`) and job id checks. A new scheduler is its module, its table and tests.
+(clusters.py), scoping (tasks/steps.py), a bundle's scheduler record, the backfill's discovery, the
+service's webhooks (`POST /v1/webhooks/<path>`) and job id checks. A new scheduler is its module,
+its table and tests.
+
+The table reads a record as facts (`Fact("exit", "-29")`, `Fact("state", "F")`): each fact's field
+has rows of values, and the facts, most telling first, say whether the attempt is over, whether it
+failed, what it means (`StateTable.read`) and which hosts the record names at fault. Every record
+reads its attempt's `exit`, `reason` and `state` (AttemptScope's exit_code, reason, state; the
+facts of an attempt.yaml, `scope_facts`); a scheduler's module adds its own fields (PBS's substate,
+the messages of its history).
 """
 
 from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -33,34 +43,99 @@ from pydantic import BaseModel
 
 from workload_attribution.connectors.registry import SourceConfig, load_all
 from workload_attribution.contracts.identity import SCHEDULER_PATTERN, EndedAttempt, Target, printable_job_id
-from workload_attribution.contracts.models import AttemptScope
+from workload_attribution.contracts.models import AttemptScope, Observation
 from workload_attribution.contracts.vocabulary import TerminalState, check_pair
 
 DATA = Path(__file__).resolve().parent / "data"
 ENDED = ("yes", "no", "requeued")
+STATE = "state"  # the field of the scheduler's states (AttemptScope.state); `exit`, `reason`: its exit_code, reason
+BLAME = ("", "named")  # named: the allocation's hosts this fact names are the ones at fault
 
 
 @dataclass(frozen=True)
 class State:
-    """What one of a scheduler's states says about an attempt (a row of its states table)."""
+    """What one value of a field says about an attempt (a row of the scheduler's table). A `state`
+    row always says whether the attempt is over and failed; a row of another field (`exit`,
+    `reason`, ...) may leave them to the state ("" and None)."""
 
-    state: str
+    state: str  # the value as the table holds it: exactly, or a pattern (`*` any text)
     ended: str = "yes"  # yes: over; no: still on its way (pending, running, ending); requeued: over, to run again
-    failed: bool = False  # ended in failure: a backfill diagnoses these
-    terminal_state: str = ""  # what the state alone means, where it means something ("" : the evidence decides)
+    failed: bool | None = False  # ended in failure: a backfill diagnoses these
+    terminal_state: str = ""  # what the value alone means, where it means something ("" : the evidence decides)
     sub_domain: str = ""
     reference: str = ""
+    field: str = STATE
+    meaning: str = ""
+    blame: str = ""
 
     @property
     def completed(self) -> bool:
         return self.terminal_state == TerminalState.completed
 
+    def matches(self, value: str) -> bool:
+        """The value is this row's (case aside: a bundle's author may write `Completed`)."""
+        if "*" not in self.state:
+            return value.casefold() == self.state.casefold()
+        pattern = ".*".join(re.escape(p) for p in self.state.split("*"))
+        return re.fullmatch(pattern, value, re.S | re.I) is not None
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One thing a scheduler's record says: a value of a field of its table (`exit` -29), and the
+    text the hosts it names are read from (the value itself unless given)."""
+
+    field: str
+    value: Any  # None or "": the record does not say
+    text: str = ""
+
+    @property
+    def said(self) -> str:
+        return "" if self.value is None else str(self.value).strip()
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A record read through its scheduler's table (StateTable.read): whether the attempt is over
+    and failed, what it means by itself (the first fact whose row means something: `by`), and the
+    allocation's hosts the record names at fault."""
+
+    ended: str = "yes"
+    failed: bool = False
+    terminal_state: str = ""
+    sub_domain: str = ""
+    by: str = ""  # "exit=-29": the fact the meaning comes from
+    meaning: str = ""
+    reference: str = ""
+    blamed: tuple[str, ...] = ()
+
+    @property
+    def completed(self) -> bool:
+        return self.terminal_state == TerminalState.completed
+
+    def attrs(self) -> dict[str, Any]:
+        """What a record observation carries of it (the rules read terminal_state and sub_domain)."""
+        return {
+            "terminal_state": self.terminal_state or None,
+            "sub_domain": self.sub_domain or None,
+            "meaning_by": self.by or None,
+            "meaning": self.meaning or None,
+            "reference": self.reference or None,
+            "blamed_nodes": list(self.blamed),
+        }
+
+
+def scope_facts(scope: AttemptScope) -> list[Fact]:
+    """What an attempt's scope says of its end, most telling first: its exit code, its reason, its state."""
+    return [Fact("exit", scope.exit_code), Fact("reason", scope.reason), Fact(STATE, scope.state)]
+
 
 @dataclass(frozen=True)
 class StateTable:
-    """A scheduler's states -> the terminal-state vocabulary. A state is looked up by its first word
-    (Slurm's `CANCELLED by 0` is CANCELLED), exactly, then by the table's `prefix*` rows; a state the
-    table does not know is over, not a failure a backfill looks for, and means nothing by itself."""
+    """A scheduler's fields and their values -> the terminal-state vocabulary. A state is looked up
+    by its first word (Slurm's `CANCELLED by 0` is CANCELLED), another field by its whole value:
+    exactly, then by the table's patterns (`*` any text) in the table's order. A state the table
+    does not know is over, not a failure a backfill looks for, and means nothing by itself."""
 
     rows: tuple[State, ...] = ()
 
@@ -70,15 +145,31 @@ class StateTable:
             rows = tuple(_state_row(path, i, row) for i, row in enumerate(csv.DictReader(f), 2))
         return cls(rows)
 
+    def find(self, field: str, value: str) -> State | None:
+        """The row of `field` for a value, or None."""
+        word = (value.split() or [""])[0] if field == STATE else value.strip()
+        rows = [r for r in self.rows if r.field == field]
+        return next((r for r in rows if "*" not in r.state and r.matches(word)), None) or next(
+            (r for r in rows if "*" in r.state and r.matches(word)), None
+        )
+
     def of(self, state: str) -> State:
         word = (state.split() or [""])[0]
-        for row in self.rows:
-            if row.state == word:
-                return row
-        for row in self.rows:
-            if row.state.endswith("*") and word.startswith(row.state[:-1]):
-                return row
-        return State(word)
+        return self.find(STATE, state) or State(word)
+
+    def read(self, facts: Iterable[Fact], hosts: Iterable[str] = ()) -> Reading:
+        """What the facts say, the first of them that says each thing: over, failed, meaning. The
+        hosts blamed are the allocation's hosts named by the facts whose rows blame what they name."""
+        found = [(f, row) for f in facts if f.said for row in [self.find(f.field, f.said)] if row is not None]
+        ended = next((r.ended for _, r in found if r.ended), "yes")
+        failed = next((r.failed for _, r in found if r.failed is not None), False)
+        means = next(((f, r) for f, r in found if r.terminal_state), None)
+        blamed = _named(hosts, [f.text or f.said for f, r in found if r.blame == "named"])
+        if means is None:
+            return Reading(ended, failed, blamed=blamed)
+        fact, row = means
+        by = f"{fact.field}={fact.said}"
+        return Reading(ended, failed, row.terminal_state, row.sub_domain, by, row.meaning, row.reference, blamed)
 
     def ended(self, state: str) -> bool:
         """The attempt is over and the record is its last word."""
@@ -89,22 +180,60 @@ class StateTable:
         return self.of(state).ended == "no"
 
     def failed(self, state: str) -> bool:
-        return self.of(state).failed
+        return bool(self.of(state).failed)
 
     def completed(self, state: str) -> bool:
         return self.of(state).completed
 
     def failure_states(self) -> list[str]:
         """The states a backfill looks for (exact ones: a scheduler's filter takes names)."""
-        return [r.state for r in self.rows if r.failed and not r.state.endswith("*")]
+        return [r.state for r in self.rows if r.field == STATE and r.failed and "*" not in r.state]
+
+
+def _named(hosts: Iterable[str], texts: list[str]) -> tuple[str, ...]:
+    """The hosts that appear, as whole names, in the texts."""
+    return tuple(
+        h for h in dict.fromkeys(hosts) if any(re.search(rf"(?<![\w.-]){re.escape(h)}(?![\w-])", t) for t in texts)
+    )
+
+
+@cache
+def state_table(name: str) -> StateTable:
+    """A shipped scheduler's table (data/<name>_states.csv), loaded once."""
+    return StateTable.load(DATA / f"{name}_states.csv")
 
 
 def _state_row(path: Path, line: int, row: dict[str, str]) -> State:
     where = f"{path.name} line {line}"
+    field, value = row.get("field") or "", row.get("value") or ""
     ended, failed = row.get("ended", ""), row.get("failed", "")
-    if ended not in ENDED or failed not in ("yes", "no") or not row.get("state"):
-        raise ValueError(f"{where}: state, ended ({'|'.join(ENDED)}) and failed (yes|no) are required")
-    ts, sd = row.get("terminal_state", ""), row.get("sub_domain", "")
+    optional = ("",) if field != STATE else ()
+    if not field or not value:
+        raise ValueError(f"{where}: field and value are required")
+    if ended not in (*optional, *ENDED) or failed not in (*optional, "yes", "no"):
+        raise ValueError(
+            f"{where}: a {field} row's ended is {'|'.join(ENDED)} and failed yes|no"
+            + (" (or both empty)" if optional else "")
+        )
+    if row.get("blame", "") not in BLAME:
+        raise ValueError(f"{where}: blame is empty or 'named'")
+    _check_meaning(where, row.get("terminal_state", ""), row.get("sub_domain", ""))
+    if not row.get("reference", "").startswith("https://"):
+        raise ValueError(f"{where}: every row names its reference (an https:// address)")
+    return State(
+        value,
+        ended,
+        None if failed == "" else failed == "yes",
+        row.get("terminal_state", ""),
+        row.get("sub_domain", ""),
+        row["reference"],
+        field,
+        row.get("meaning", ""),
+        row.get("blame", ""),
+    )
+
+
+def _check_meaning(where: str, ts: str, sd: str) -> None:
     if sd and not ts:
         raise ValueError(f"{where}: sub_domain {sd!r} without its terminal_state")
     try:
@@ -114,9 +243,6 @@ def _state_row(path: Path, line: int, row: dict[str, str]) -> State:
             TerminalState(ts)
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
-    if not row.get("reference", "").startswith("https://"):
-        raise ValueError(f"{where}: every state names its reference (an https:// address)")
-    return State(row["state"], ended, failed == "yes", ts, sd, row["reference"])
 
 
 @dataclass(frozen=True)
@@ -140,6 +266,27 @@ class Webhook:
     doc: str  # the endpoint's description
 
 
+@dataclass
+class JobRecord:
+    """A scheduler's record of one job, read: the observations staged for the rules, and the facts
+    a bundle's attempt.yaml is checked against (`state`, `nodes`, `start`, `end`: tasks/steps.py
+    record_wins)."""
+
+    observations: list[Observation]
+    facts: dict[str, Any]
+    problems: list[str] = field(default_factory=list)  # parts that could not be read, each costing itself
+
+
+@dataclass(frozen=True)
+class BundleRecord:
+    """The scheduler's record in an attempt bundle: its files in the bundle's scheduler/ folder
+    (../shared/spec/bundle.md) and how they read (the files present, name -> text, and the attempt's
+    scope -> the record; sr.RecordError when they hold no usable record of the job)."""
+
+    files: tuple[str, ...]
+    read: Callable[[dict[str, str], AttemptScope], JobRecord]
+
+
 Scope = Callable[[Any, Target], AttemptScope]
 Discover = Callable[[Any, str, datetime, datetime], list[EndedAttempt]]
 
@@ -153,6 +300,7 @@ class Scheduler:
     states: StateTable = field(default_factory=StateTable)
     config: type[SourceConfig] | None = None  # a cluster's `<name>:` block; None: nothing to reach
     records: tuple[str, str] | None = None  # (source, connector) collecting its record of a job
+    bundle: BundleRecord | None = None  # that record in a bundle
     job_id: Callable[[str], str] = printable_job_id  # its own form, or ValueError naming the form
     jobs: bool = True  # scopes jobs by id (static: only explicit windows)
     discover: Discover | None = None

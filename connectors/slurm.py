@@ -23,7 +23,15 @@ from workload_attribution.connectors import scheduler_records as sr
 from workload_attribution.connectors.coverage import Cover, Tally
 from workload_attribution.connectors.http import http_get
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
-from workload_attribution.connectors.schedulers import DATA, Notice, Scheduler, StateTable, Webhook, register_scheduler
+from workload_attribution.connectors.schedulers import (
+    BundleRecord,
+    JobRecord,
+    Notice,
+    Scheduler,
+    Webhook,
+    register_scheduler,
+    state_table,
+)
 from workload_attribution.contracts.errors import BadInput, SourceError, TransientSourceError, first_line
 from workload_attribution.contracts.hostlist import expand_hostlist
 from workload_attribution.contracts.identity import NAME_PATTERN, AttemptId, EndedAttempt, Target
@@ -37,7 +45,7 @@ if TYPE_CHECKING:  # at run time httpx is imported where a request is made: the 
 
 CONNECTOR = "slurm"
 KNOWN_VERSIONS = ["v0.0.41", "v0.0.40", "v0.0.39", "v0.0.38"]
-STATES = StateTable.load(DATA / "slurm_states.csv")
+STATES = state_table("slurm")
 # A Slurm job id: digits, optionally _array or +het (ASCII only: \d takes digits of any script).
 SLURM_JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9})?(?:\+[0-9]{1,6})?")
 
@@ -118,9 +126,19 @@ class Rest:
             raise SlurmError(f"slurmrestd: HTTP {r.status_code} for {path}: {msg}")
         return body
 
+    def get(self, path: str, params: dict | None = None) -> Any:
+        """A GET of the API, its JSON object (errors as SlurmError, transport failures transient)."""
+        return self._get(path, params)
+
+    def offers(self, method: str, path: str) -> bool:
+        """Whether the server's OpenAPI document offers `method` on `path` (`{v}`: the version in use)."""
+        ops = self.paths.get(path.replace("{v}", self.version))
+        return isinstance(ops, dict) and method.lower() in ops
+
     def _negotiate(self) -> str:
         spec = self._get("/openapi")
-        offered = {m.group(1) for p in spec.get("paths", {}) for m in [re.match(r"^/slurm/(v[\d.]+)/", p)] if m}
+        self.paths: dict[str, Any] = spec.get("paths") or {}
+        offered = {m.group(1) for p in self.paths for m in [re.match(r"^/slurm/(v[\d.]+)/", p)] if m}
         for v in KNOWN_VERSIONS:
             if v in offered:
                 return v
@@ -339,6 +357,16 @@ def discover(src: SlurmSource, cluster: str, since: datetime, until: datetime) -
     ]
 
 
+def read_bundle(files: dict[str, str], scope: AttemptScope) -> JobRecord:
+    """A bundle's scheduler/sacct.json: the job's record and its steps; the steps' nodes belong to
+    the attempt too (a record read right after the end may list fewer)."""
+    doc = sr.load_json(files["sacct.json"], "sacct.json")
+    obs, facts = sr.sacct_observations(doc, scope.job_id, "scheduler/sacct.json")
+    step_nodes = [n for o in obs if o.kind == "sacct_step" for n in o.attrs.get("nodes") or []]
+    facts["nodes"] = list(dict.fromkeys([*(facts.get("nodes") or []), *step_nodes]))
+    return JobRecord(obs, facts, facts.get("problems") or [])
+
+
 class SlurmJobEvent(BaseModel):
     """What deployments/slurm/attribution-hook sends when a job ends (jobcomp/script)."""
 
@@ -371,6 +399,7 @@ SLURM = register_scheduler(
         states=STATES,
         config=SlurmSource,
         records=(Source.sacct.value, CONNECTOR),
+        bundle=BundleRecord(("sacct.json",), read_bundle),
         job_id=check_job_id,
         discover=discover,
         webhook=Webhook(

@@ -1,12 +1,13 @@
 """The static scheduler: no scheduler at all. An explicit scope (these hosts over this window) is
 taken as given, on any cluster; a cluster of its own has no jobs to scope, no failures to discover
-and no completion notices."""
+and no completion notices. A bundle of its own says how the attempt ended in whatever words its
+author chose: its table (data/static_states.csv) reads the common ones (Slurm's, mostly)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from workload_attribution.connectors.schedulers import Scheduler, register_scheduler
+from workload_attribution.connectors.schedulers import Scheduler, register_scheduler, state_table
 from workload_attribution.contracts.errors import BadInput
 from workload_attribution.contracts.identity import STATIC, Target
 from workload_attribution.contracts.models import AttemptScope
@@ -34,4 +35,4 @@ def scope(config: Any, target: Target) -> AttemptScope:
     )
 
 
-STATIC_SCHEDULER = register_scheduler(Scheduler(name=STATIC, scope=scope, jobs=False))
+STATIC_SCHEDULER = register_scheduler(Scheduler(name=STATIC, scope=scope, states=state_table(STATIC), jobs=False))

@@ -7,6 +7,7 @@ Interfaces map the kind to an answer (CLI exit code, HTTP status) in one place e
     TransientSourceError ... in a way worth retrying (down, slow, 5xx)     coverage record; scoping: CLI 5
     Unreachable          a dependency did not answer (Prefect, a service)  CLI 5
     NotStored            a diagnosis was computed but not written          CLI 3
+    ActionError          an action sink failed (transient: retry)          the action's recorded outcome
     anything else        a bug                                             CLI 1, HTTP 500
 
 (CLI 4, checks that ran and failed, is an answer, not an error: each command returns it.)
@@ -62,3 +63,18 @@ class NotStored(AttributionError):
     def __init__(self, message: str, diagnosis: Any = None):
         super().__init__(message)
         self.diagnosis: Any = diagnosis  # a contracts.models.Diagnosis
+
+
+class ActionError(AttributionError):
+    """An action sink could not do what it was asked: its endpoint refused or was not reached.
+    `transient` ones (transport errors, timeouts, 429, 5xx) are tried again; the last one is the
+    action's recorded outcome, never the diagnosis' failure."""
+
+    def __init__(self, message: str, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
+
+
+class ActionSkipped(ActionError):
+    """A sink found a reason not to act (the node was drained by someone else, the taint is gone):
+    recorded as skipped, with the reason."""

@@ -31,6 +31,7 @@ class Source(Vocabulary):
     scheduler_log = "scheduler_log"  # the scheduler's daemons (slurmctld, slurmd)
     sacct = "sacct"  # Slurm's accounting record of the job and its steps
     kueue = "kueue"  # the Kueue Workload, its pods, their nodes and events
+    scheduler_record = "scheduler_record"  # another scheduler's record of the job and its history (PBS, LSF, Flux ...)
     metrics = "metrics"  # metric samples (Prometheus, DCGM)
     topology = "topology"  # the fabric's cabling: which host sits under which switch port
     scope = "scope"  # the attempt's scope itself (attempt.yaml's state line)

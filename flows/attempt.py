@@ -10,6 +10,8 @@ connector code. Normalise, attribute and publish work on this process's own stag
 warehouse connection, with nothing to retry: they are plain calls, each one line of the flow run's
 log with what it did and how long it took (a task run is three events and a log line on the Prefect
 server for each step of each attempt; on a fleet's storm of failures that is the server's load).
+Act, the cluster's action sinks, is a plain call too: it retries its sinks itself and records each
+outcome.
 
 Task parameters are quoted: Prefect would otherwise walk every argument (the rules pack, the
 scope's node list) looking for futures: ~30% of the worker's CPU samples. Tasks take and return
@@ -31,10 +33,11 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
+from workload_attribution.contracts.actions import ActionRecord
 from workload_attribution.contracts.errors import TransientSourceError
 from workload_attribution.contracts.identity import Target
 from workload_attribution.flows.config import load_config
-from workload_attribution.flows.pipeline import RETRY_DELAYS_S, Future, Options, attribute_story, resolve
+from workload_attribution.flows.pipeline import RETRY_DELAYS_S, Future, Options, act, attribute_story, resolve
 from workload_attribution.tasks import steps
 
 if TYPE_CHECKING:
@@ -122,6 +125,10 @@ def _verdict_said(d: Diagnosis) -> str:
     return f": {d.terminal_state.value}/{d.sub_domain.value}, {root}"
 
 
+def _actions_said(records: list[ActionRecord]) -> str:
+    return ": " + (", ".join(f"{r.sink} {r.operation} {r.node or '-'} {r.outcome.value}" for r in records) or "nothing")
+
+
 def _as_is(value: Any) -> Any:
     """A task argument Prefect hands over as it is, never walked for futures (quote)."""
     return quote(value)
@@ -149,6 +156,11 @@ class PrefectRunner:
             return f": diagnosis {d.diagnosis_id} to the warehouse" if warehouse else ": not stored"
 
         return _logged("publish", steps.publish, diagnosis, warehouse, scoped, said=said)
+
+    def act(self, diagnosis: Diagnosis, options: Options) -> list[ActionRecord]:
+        if diagnosis.attempt.cluster not in options.acting:
+            return []
+        return _logged("act", act, diagnosis, options, said=_actions_said)
 
 
 def _run_name() -> str:
@@ -182,5 +194,43 @@ def attribute_attempt(target: Target) -> dict[str, Any]:
     waits, with retries, until the scheduler has recorded the attempt's end. `attempt` is what the
     trigger reported; the scheduler's own restart count is what the diagnosis records.
     """
+    _not_crashed_too_often()
     target, options = resolve(load_config(), target)
     return run_story(target, options)
+
+
+class CrashedTooOften(RuntimeError):
+    """The attempt's run crashed more often than it is run again (flows/deployments.py)."""
+
+
+def _not_crashed_too_often() -> None:
+    """A crashed run is scheduled again by the automation `attribution deploy` applies; this run's
+    count bounds that (crash_retry_note). A run again after a crash says so in its log."""
+    from prefect.logging import get_run_logger
+    from prefect.runtime import flow_run
+
+    runs = int(flow_run.run_count or 1)
+    if runs > 1:
+        get_run_logger().warning(crash_retry_note(runs, _crash_reasons(str(flow_run.id))))
+
+
+def crash_retry_note(runs: int, crashes: list[str]) -> str:
+    """What run `runs` of an attempt after `crashes` (their reasons, oldest first) says; past
+    1 + CRASH_RETRIES runs, CrashedTooOften: the run fails, naming why, and is not run again."""
+    from workload_attribution.flows.deployments import CRASH_RETRIES
+
+    last = crashes[-1] if crashes else "crashed"
+    if runs > 1 + CRASH_RETRIES:
+        raise CrashedTooOften(f"run {runs} of this attempt, after {len(crashes)} crash(es) (last: {last}): not again")
+    return f"run {runs} of this attempt, after a crash: {last}"
+
+
+def _crash_reasons(run_id: str) -> list[str]:
+    """The messages of this run's Crashed states, oldest first."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        states = client.read_flow_run_states(UUID(run_id))
+    return [s.message or "crashed" for s in sorted(states, key=lambda s: s.timestamp) if s.type.value == "CRASHED"]

@@ -33,6 +33,7 @@ from workload_attribution.flows.config import ClusterConfig, Config, load_config
 from workload_attribution.flows.inline import attribute_inline
 from workload_attribution.flows.pipeline import load_rules, resolve
 from workload_attribution.rules.pack import Pack
+from workload_attribution.warehouse.precedence import may_replace
 
 
 @dataclass
@@ -80,8 +81,10 @@ class Summary:
 
 
 def discover_bundles(root: Path, since: datetime, until: datetime) -> tuple[list[EndedAttempt], list[tuple[str, str]]]:
-    """Every bundle (a directory with attempt.yaml) under root whose attempt ended in [since, until)."""
+    """Every bundle (a directory with attempt.yaml) under root whose attempt ended in [since, until)
+    other than completed (its scheduler's table reads attempt.yaml's exit code, reason and state)."""
     from workload_attribution.connectors.bundle import BundleError, load_scope
+    from workload_attribution.connectors.schedulers import get_scheduler, scope_facts
 
     found, bad = [], []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -93,7 +96,7 @@ def discover_bundles(root: Path, since: datetime, until: datetime) -> tuple[list
         except (BundleError, ValueError) as exc:
             bad.append((dirpath, str(exc).splitlines()[0]))
             continue
-        if since <= s.end < until and s.state.split()[0].upper() != "COMPLETED":
+        if since <= s.end < until and not get_scheduler(s.scheduler).states.read(scope_facts(s)).completed:
             found.append(EndedAttempt(s.id, Target(bundle=dirpath), s.end))
     return sorted(found, key=lambda a: (a.end, a.key)), bad
 
@@ -180,8 +183,8 @@ def plan(attempts: Iterable[EndedAttempt], done: dict[str, str], rules_version: 
             p.todo.append((a, "forced"))
         elif have is None:
             p.todo.append((a, "new"))
-        elif have != rules_version:
-            p.todo.append((a, "stale_rules"))
+        elif have != rules_version and may_replace(rules_version, have):
+            p.todo.append((a, "stale_rules"))  # not when a newer pack decided: it would be kept
         else:
             p.skipped.append(a)
     return p

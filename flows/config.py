@@ -20,7 +20,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
-from workload_attribution.connectors.clusters import ClusterConfig
+from workload_attribution.actions.config import ActionsConfig
+from workload_attribution.connectors import clusters
 from workload_attribution.contracts.errors import BadInput
 from workload_attribution.rules.engine import Settings as RuleSettings
 
@@ -31,6 +32,14 @@ def default_warehouse() -> str:
 
 
 __all__ = ["BackfillConfig", "ClusterConfig", "Config", "ConfigError", "RuleSettings", "ServiceConfig", "load_config"]
+
+
+class ClusterConfig(clusters.ClusterConfig):
+    """A cluster as the configuration holds it: how to scope its attempts and where its evidence
+    lives (connectors/clusters.py), and what to do with its diagnoses once stored (actions/config.py;
+    no block: nothing beyond the warehouse)."""
+
+    actions: ActionsConfig | None = None
 
 
 class ServiceConfig(BaseModel):

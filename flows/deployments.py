@@ -93,9 +93,56 @@ def crash_unresponsive_runs(after_s: float) -> None:
     ).create()
 
 
+RETRY_AUTOMATION = "workload-attribution: run a crashed attempt again"
+# How many times a crashed attempt run is run again: a worker or host lost mid-run costs the attempt
+# a retry, not its diagnosis; an attempt that crashes every worker that takes it stops after these
+# (flows/attempt.py fails its run, naming the crashes).
+CRASH_RETRIES = 3
+
+
+def retry_crashed_runs(deployment_id: str) -> None:
+    """A run of the attempt deployment that crashed (its worker killed, its host lost: the
+    automation above, or the worker's own report) is scheduled again at once as AwaitingRetry,
+    the same flow run under the same idempotency key, for any worker of the pool to take. Its
+    state history keeps the crash and its reason. The bound (CRASH_RETRIES) is kept by the flow,
+    which counts its runs; the nightly backfill is then no longer what diagnoses a lost run's
+    attempt (it skips static clusters, and a day is too late)."""
+    from prefect.automations import Automation
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+    from prefect.events.schemas.events import ResourceSpecification
+
+    with get_client(sync_client=True) as client:  # applied again: the newest settings win
+        for old in client.read_automations_by_name(name=RETRY_AUTOMATION):
+            client.delete_automation(old.id)
+    Automation(
+        name=RETRY_AUTOMATION,
+        description=f"A crashed run of attribute-attempt/attempt is scheduled again (at most {CRASH_RETRIES} times).",
+        trigger=EventTrigger(
+            expect={"prefect.flow-run.Crashed"},
+            match=ResourceSpecification({"prefect.resource.id": "prefect.flow-run.*"}),
+            match_related=ResourceSpecification(
+                {"prefect.resource.id": f"prefect.deployment.{deployment_id}", "prefect.resource.role": "deployment"}
+            ),
+            posture=Posture.Reactive,
+            threshold=1,
+        ),
+        actions=[
+            ChangeFlowRunState(
+                state=StateType.SCHEDULED,
+                name="AwaitingRetry",
+                message=f"crashed (the reason is the state before this one): run again, at most {CRASH_RETRIES} times",
+            )
+        ],
+    ).create()
+
+
 def apply(pool: str = POOL, zombie_after_s: float = 90.0) -> list[str]:
-    """Create the process work pool if missing, apply every deployment and the automation that
-    crashes runs whose worker died; returns the deployments' names."""
+    """Create the process work pool if missing, apply every deployment, the automation that
+    crashes runs whose worker died and the one that runs a crashed attempt again; returns the
+    deployments' names."""
     import importlib
 
     from prefect.client.orchestration import get_client
@@ -108,11 +155,11 @@ def apply(pool: str = POOL, zombie_after_s: float = 90.0) -> list[str]:
             client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
         except ObjectAlreadyExists:
             pass
-    applied = []
+    applied, ids = [], {}
     for d in DEPLOYMENTS:
         module, func = d.flow.rsplit(".", 1)
         flow = getattr(importlib.import_module(module), func)
-        RunnerDeployment.from_flow(
+        ids[d.name] = RunnerDeployment.from_flow(
             flow,
             name=d.name,
             cron=d.cron,
@@ -124,6 +171,7 @@ def apply(pool: str = POOL, zombie_after_s: float = 90.0) -> list[str]:
         ).apply()
         applied.append(d.full_name)
     crash_unresponsive_runs(zombie_after_s)
+    retry_crashed_runs(str(ids["attempt"]))
     return applied
 
 

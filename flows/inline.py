@@ -7,10 +7,11 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from workload_attribution.contracts.actions import ActionRecord
 from workload_attribution.contracts.errors import TransientSourceError
 from workload_attribution.contracts.identity import Target
 from workload_attribution.contracts.models import Diagnosis
-from workload_attribution.flows.pipeline import RETRY_DELAYS_S, Options, attribute_story
+from workload_attribution.flows.pipeline import RETRY_DELAYS_S, Options, act, attribute_story
 from workload_attribution.tasks import steps
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ class InlineRunner:
 
     def publish(self, diagnosis: Diagnosis, warehouse: str | None, scoped: ScopedAttempt) -> Diagnosis:
         return steps.publish(diagnosis, warehouse, scoped)
+
+    def act(self, diagnosis: Diagnosis, options: Options) -> list[ActionRecord]:
+        return act(diagnosis, options)
 
 
 def attribute_inline(target: Target, options: Options) -> Diagnosis:

@@ -2,6 +2,7 @@
 
 scope -> collect (every source in parallel, retried, each with a coverage record)
       -> normalise (and finish the coverage) -> attribute -> publish
+      -> act (the cluster's action sinks, when it has an `actions` block)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from workload_attribution.rules.pack import Pack, RuleFileError, default_pack, l
 if TYPE_CHECKING:
     from workload_attribution.connectors.clusters import Cluster
     from workload_attribution.connectors.registry import Collected
+    from workload_attribution.contracts.actions import ActionRecord
     from workload_attribution.contracts.identity import Target
     from workload_attribution.contracts.models import Coverage, Diagnosis
     from workload_attribution.flows.config import Config
@@ -42,6 +44,7 @@ class Runner(Protocol):
         self, scoped: steps.ScopedAttempt, coverage: list[Coverage], pack: Pack, settings: Settings, notes: list[str]
     ) -> Diagnosis: ...
     def publish(self, diagnosis: Diagnosis, warehouse: str | None, scoped: steps.ScopedAttempt) -> Diagnosis: ...
+    def act(self, diagnosis: Diagnosis, options: Options) -> list[ActionRecord]: ...
 
 
 @dataclass
@@ -52,6 +55,7 @@ class Options:
     settings: Settings = field(default_factory=lambda: _settings())
     cluster: Cluster | None = None  # the target's cluster (None for a bundle)
     warehouse: str | None = None  # None: not stored
+    acting: dict[str, Any] = field(default_factory=dict)  # cluster name -> its configuration, for those with actions
 
 
 def _settings() -> Settings:
@@ -69,8 +73,11 @@ def load_rules(rules_dir: str | Path | None) -> Pack:
         raise BadInput(str(exc)) from None
 
 
-def resolve(cfg: Config, target: Target, pack: Pack | None = None, store: bool = True) -> tuple[Target, Options]:
-    """The target with its cluster named, and the options it runs with."""
+def resolve(
+    cfg: Config, target: Target, pack: Pack | None = None, store: bool = True, act: bool = True
+) -> tuple[Target, Options]:
+    """The target with its cluster named, and the options it runs with. `act`: the action sinks of
+    the diagnosis' cluster (a bundle's too: it names its cluster) run once it is stored."""
     cluster = None
     if not target.bundle:
         try:
@@ -83,6 +90,7 @@ def resolve(cfg: Config, target: Target, pack: Pack | None = None, store: bool =
         settings=cfg.rules,
         cluster=cluster,
         warehouse=cfg.warehouse or None if store else None,
+        acting={name: c for name, c in cfg.clusters.items() if c.actions is not None} if act else {},
     )
 
 
@@ -102,7 +110,7 @@ def attribute_story(run: Runner, target: Target, options: Options) -> Diagnosis:
         notes = [n for r in results for n in r.notes]
         diagnosis = run.attribute(scoped, coverage, options.pack, options.settings, notes)
         try:
-            return run.publish(diagnosis, options.warehouse, scoped)
+            published = run.publish(diagnosis, options.warehouse, scoped)
         except NotStored as exc:
             exc.diagnosis = diagnosis
             raise
@@ -110,3 +118,24 @@ def attribute_story(run: Runner, target: Target, options: Options) -> Diagnosis:
             raise NotStored(f"warehouse {options.warehouse}: {first_line(exc)}", diagnosis) from exc
     finally:
         steps.drop_staging(scoped)
+    run.act(published, options)
+    return published
+
+
+def act(diagnosis: Diagnosis, options: Options) -> list[ActionRecord]:
+    """The story's last step: the action sinks of the diagnosis' cluster (actions/), on the stored
+    diagnosis. Nothing when the cluster has no `actions` block, or nothing was stored (the guard
+    reads its history from the warehouse, and every decision is recorded there). Never raises: the
+    diagnosis is stored, and an action's failure is that action's recorded outcome."""
+    cluster = options.acting.get(diagnosis.attempt.cluster)
+    if cluster is None or not options.warehouse:
+        return []
+    from workload_attribution.actions.act import act_on, log
+
+    try:
+        return act_on(diagnosis, cluster, options.warehouse)
+    except Exception as exc:  # the warehouse refused the decisions (locked, full): said, not raised
+        log.error(
+            "actions on diagnosis %s not taken: %s: %s", diagnosis.diagnosis_id, type(exc).__name__, first_line(exc)
+        )
+        return []

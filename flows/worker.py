@@ -21,8 +21,10 @@ What Prefect's engine does per run that buys nothing in a warm process, and is d
   flows never suspend (they run for seconds and wait for no input), so the watch is left out.
 
 The trade: one crash takes the runs in flight with it (a process worker loses one). A run that
-was in flight when its worker died is left Running in Prefect; its attempt has no diagnosis in the
-warehouse (a diagnosis is written in one transaction, at the end), so the next backfill finds it.
+was in flight when its worker died stops sending heartbeats: the automations `attribution deploy`
+applies mark it Crashed and schedule it again for any worker (flows/deployments.py); its attempt
+had no diagnosis yet (a diagnosis is written in one transaction, at the end), or is diagnosed
+again, which replaces it.
 """
 
 from __future__ import annotations

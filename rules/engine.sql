@@ -75,11 +75,15 @@ SELECT a.start_time, a.end_time,
        s.skew_tolerance_s, s.burst_window_s
 FROM a, s, c;
 
--- The scheduler's own final word on the attempt: sacct beats Kueue beats attempt.yaml.
+-- The scheduler's own final word on the attempt: its record (sacct, Kueue, any other scheduler's)
+-- beats attempt.yaml. terminal_state, sub_domain: what that word means by itself, from the
+-- scheduler's table (connectors/data/<scheduler>_states.csv); NULL: the evidence decides.
 CREATE OR REPLACE VIEW scheduler_final AS
-SELECT event_id, source, upper(json_extract_string(attrs, '$.state')) AS state, attrs
+SELECT event_id, source, upper(json_extract_string(attrs, '$.state')) AS state,
+       json_extract_string(attrs, '$.terminal_state') AS terminal_state,
+       json_extract_string(attrs, '$.sub_domain') AS sub_domain, attrs
 FROM events WHERE symptom = 'scheduler_state'
-ORDER BY CASE source WHEN 'sacct' THEN 0 WHEN 'kueue' THEN 1 ELSE 2 END, event_id
+ORDER BY CASE source WHEN 'sacct' THEN 0 WHEN 'kueue' THEN 1 WHEN 'scheduler_record' THEN 2 ELSE 3 END, event_id
 LIMIT 1;
 
 -- Root candidates that may explain this attempt: inside the failure window, never before the

@@ -14,14 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from workload_attribution.connectors import registry
-from workload_attribution.connectors import scheduler_records as sr
 from workload_attribution.connectors.bundle import SOURCES as BUNDLE_SOURCES
-from workload_attribution.connectors.bundle import BundleSource, load_scope, read_sacct_record
+from workload_attribution.connectors.bundle import BundleSource, load_scope, read_record_files
 from workload_attribution.connectors.clusters import Cluster
 from workload_attribution.connectors.coverage import Cover, lose
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig
-from workload_attribution.connectors.schedulers import get_scheduler
-from workload_attribution.connectors.slurm import STATES as SLURM_STATES
+from workload_attribution.connectors.schedulers import StateTable, get_scheduler, scope_facts
 from workload_attribution.connectors.text import apply_spans
 from workload_attribution.contracts.errors import BadInput, SourceError, first_line
 from workload_attribution.contracts.identity import STATIC, Target
@@ -95,26 +93,26 @@ def scope_bundle(path: Path) -> ScopedAttempt:
     return scoped
 
 
-SACCT_FILE = "scheduler/sacct.json"
-
-
 def bundle_record_wins(bundle: Path, scope: AttemptScope) -> tuple[AttemptScope, list[str]]:
-    """The bundle's scope, with the scheduler's record (scheduler/sacct.json) winning over attempt.yaml
-    on the window, the nodes and the state, and a note for each disagreement. No record: attempt.yaml
-    as written, silently. A record that cannot be read (its coverage says why): attempt.yaml, noted."""
+    """The bundle's scope, with the scheduler's record (its files in scheduler/: sacct.json, qstat.json
+    ...) winning over attempt.yaml on the window, the nodes and the state, and a note for each
+    disagreement. No record: attempt.yaml as written, silently. A record that cannot be read (its
+    coverage says why): attempt.yaml, noted."""
+    scheduler = get_scheduler(scope.scheduler)
+    if scheduler.bundle is None:
+        return scope, []
+    files = ", ".join(f"scheduler/{name}" for name in scheduler.bundle.files)
     try:
-        # read under the sacct source's own rules: inside the bundle, a regular file, bounded in size
-        doc = read_sacct_record(bundle)
-        if doc is None:
+        # read under the record source's own rules: inside the bundle, regular files, bounded in size
+        found = read_record_files(bundle, scheduler.bundle.files)
+        if not found:
             return scope, []
-        obs, facts = sr.sacct_observations(doc, scope.job_id, SACCT_FILE)
-        # the steps' nodes belong to the attempt too (a record read right after the end may list fewer)
-        step_nodes = [n for o in obs if o.kind == "sacct_step" for n in o.attrs.get("nodes") or []]
-        facts["nodes"] = list(dict.fromkeys([*(facts.get("nodes") or []), *step_nodes]))
-        return record_wins(scope, facts, SACCT_FILE)
-    except Exception as exc:  # a broken record never sinks the diagnosis; the sacct source reports the error
+        record = scheduler.bundle.read(found, scope)
+        where = ", ".join(f"scheduler/{name}" for name in found)
+        return record_wins(scope, record.facts, where, scheduler.states)
+    except Exception as exc:  # a broken record never sinks the diagnosis; its source reports the error
         return scope, [
-            f"{SACCT_FILE} could not be read ({first_line(exc)[:200]}): the scope is "
+            f"{files} could not be read ({first_line(exc)[:200]}): the scope is "
             "attempt.yaml's, unchecked against the scheduler's record"
         ]
 
@@ -138,10 +136,12 @@ def _iso(t: datetime) -> str:
     return t.isoformat().replace("+00:00", "Z")
 
 
-def record_wins(scope: AttemptScope, facts: dict[str, Any], record: str) -> tuple[AttemptScope, list[str]]:
+def record_wins(
+    scope: AttemptScope, facts: dict[str, Any], record: str, states: StateTable
+) -> tuple[AttemptScope, list[str]]:
     """Where attempt.yaml and the scheduler's record disagree, the record wins; a note says so.
 
-    facts: the record's `state`, `nodes`, `start`, `end` (sacct_observations). What the record leaves
+    facts: the record's `state`, `nodes`, `start`, `end` (JobRecord.facts). What the record leaves
     empty (no start for a job that never started, no nodes) does not override; times agree within a
     second (accounting keeps whole seconds); nodes agree when their hosts do (short names); states
     agree on their first word (attempt.yaml's `CANCELLED by 0` is sacct's `CANCELLED`). A record
@@ -149,7 +149,7 @@ def record_wins(scope: AttemptScope, facts: dict[str, Any], record: str) -> tupl
     update: dict[str, Any] = {}
     notes: list[str] = []
     state = str(facts.get("state") or "").strip()
-    unended = SLURM_STATES.unended(_word(state))  # a record exported before the job ended
+    unended = states.unended(state)  # a record exported before the job ended (the scheduler's table)
     if unended:
         notes.append(
             f"{record} was taken before the job ended (state {state}): attempt.yaml's state {scope.state} and end stand"
@@ -206,7 +206,12 @@ def scope_observation(bundle: Path, scope: AttemptScope) -> Observation:
         text=raw,
         path="attempt.yaml",
         line=line,
-        attrs={"state": scope.state, "exit_code_text": scope.exit_code, "reason": scope.reason},
+        attrs={
+            "state": scope.state,
+            "exit_code_text": scope.exit_code,
+            "reason": scope.reason,
+            **get_scheduler(scope.scheduler).states.read(scope_facts(scope), scope.nodes).attrs(),
+        },
     )
 
 

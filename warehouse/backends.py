@@ -5,10 +5,12 @@
   fails loudly (the attempt stays undiagnosed for the next run).
 - DuckLake with a PostgreSQL catalog and a shared data path, for many writers on many hosts
   (`warehouse: ducklake+postgres://user@host:5432/dbname?data_path=/shared/lake/`, the password
-  in PGPASSWORD or ~/.pgpass as libpq reads them). DuckLake commits optimistically: a writer whose
-  transaction conflicts with another's retries it (warehouse/conflicts.py). The ducklake and
-  postgres_scanner extensions come from PyPI (duckdb-extension-ducklake / -postgres-scanner, built
-  for the pinned DuckDB) and are loaded from their files: nothing is downloaded at run time.
+  in PGPASSWORD or ~/.pgpass as libpq reads them); the data path may be a bucket
+  (`data_path=s3://bucket/prefix/`, credentials from the AWS variables: warehouse/object_store.py).
+  DuckLake commits optimistically: a writer whose transaction conflicts with another's retries it
+  (warehouse/conflicts.py), and writers of one attempt take turns (warehouse/turns.py). The
+  ducklake, postgres_scanner and httpfs extensions come from PyPI (duckdb-extension-*, built for
+  the pinned DuckDB) and are loaded from their files: nothing is downloaded at run time.
 
 A process keeps its connection to each lake it writes between writes (see write_kept_lake).
 """
@@ -17,18 +19,24 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import os
 import random
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import parse_qs, unquote, urlparse
 
 import duckdb
 
 from workload_attribution.contracts.errors import BadInput, NotStored
+from workload_attribution.warehouse import turns
 from workload_attribution.warehouse.conflicts import is_conflict, retry
+from workload_attribution.warehouse.object_store import is_object_store, secret_sql
+
+T = TypeVar("T")
 
 LOCK_WAIT_S = 60.0
 # A lake writer's inserts of at most this many rows into a table go to the catalog (DuckLake's data
@@ -49,7 +57,7 @@ class WarehouseConfigError(BadInput):
 @dataclass(frozen=True)
 class Lake:
     dsn: str  # libpq connection string of the PostgreSQL catalog
-    data_path: str  # where the Parquet files live (a shared filesystem for many hosts)
+    data_path: str  # where the Parquet files live: a shared filesystem, or s3://bucket/prefix/
 
 
 def parse_lake(url: str) -> Lake | None:
@@ -59,9 +67,15 @@ def parse_lake(url: str) -> Lake | None:
     u = urlparse(url)
     if u.scheme != "ducklake+postgres" or not u.path.strip("/"):
         raise WarehouseConfigError(f"{url}: expected ducklake+postgres://user@host:port/dbname?data_path=/shared/dir/")
-    data_path = (parse_qs(u.query).get("data_path") or [""])[0]
+    query = parse_qs(u.query)
+    unknown = sorted(set(query) - {"data_path"})
+    if unknown:  # named, never echoed: credentials belong in the environment, not in the URL
+        raise WarehouseConfigError(f"{str(url).split('?')[0]}: unknown option {unknown[0]}= (only data_path=)")
+    data_path = (query.get("data_path") or [""])[0]
     if not data_path:
-        raise WarehouseConfigError(f"{url}: data_path= is required (a directory every writer can reach)")
+        raise WarehouseConfigError(f"{url}: data_path= is required (a directory every writer can reach, or s3://)")
+    if "://" in data_path and not is_object_store(data_path):
+        raise WarehouseConfigError(f"{url}: data_path= is a directory or s3://bucket/prefix/")
     parts = {
         "host": u.hostname,
         "port": u.port,
@@ -97,33 +111,76 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
         try:
             return duckdb.connect(str(path), read_only=read_only)
         except duckdb.IOException as exc:
-            if "not a valid DuckDB database" in str(exc):  # the setting names something else: say which
+            being_created = _being_created(path, exc)
+            if "not a valid DuckDB database" in str(exc) and not being_created:  # names something else: say which
                 raise WarehouseConfigError(f"{path}: not a DuckDB database file (the warehouse must be one)") from None
-            if "lock" not in str(exc).lower():
+            if "lock" not in str(exc).lower() and not being_created:
                 raise
             if time.monotonic() >= deadline:
-                raise WarehouseLocked(f"{path}: still locked by another process after {lock_wait_s:.0f}s") from None
+                raise WarehouseLocked(
+                    f"{path}: still locked by another process (or being created by one) after {lock_wait_s:.0f}s"
+                ) from None
         time.sleep(delay * (1 + random.random()))
         delay = min(delay * 2, 1.0)
 
 
+# A DuckDB file's main header and its two database headers, each a 4 KiB block: a file shorter
+# than that is one another process has created and not yet written its headers to.
+_HEADERS_BYTES = 3 * 4096
+
+
+def _being_created(path: Path, exc: duckdb.IOException) -> bool:
+    """Another writer's first open of a new warehouse is under way: its file exists and has no
+    headers yet, which DuckDB reports as "not a valid DuckDB database" (seen when several workers
+    start on one new warehouse at once). Waited for like a lock."""
+    try:
+        if "not a valid DuckDB database" not in str(exc) or path.stat().st_size >= _HEADERS_BYTES:
+            return False
+        with path.open("rb") as f:
+            start = f.read(12)
+    except OSError:
+        return True  # gone again: the creator failed; the next try creates it
+    # what a creator leaves before its headers are in: nothing, zeros, or the start of a header
+    # (an 8-byte checksum, then the magic); text or any other file is not a warehouse being made
+    return not start.strip(b"\0") or len(start) <= 8 or start[8:12] == b"DUCK"[: len(start) - 8]
+
+
 def open_lake(lake: Lake, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """A connection with the lake attached as `warehouse` and in use; a writer's inlines small inserts."""
+    """A connection with the lake attached as `warehouse` and in use; a writer's inlines small
+    inserts and can take an attempt's turn (warehouse/turns.py)."""
     con = duckdb.connect()
     try:
         con.execute(f"LOAD '{_extension('postgres_scanner')}'")
         con.execute(f"LOAD '{_extension('ducklake')}'")
-        if not read_only:
+        if is_object_store(lake.data_path):
+            _reach_bucket(con, lake.data_path)
+        elif not read_only:
             Path(lake.data_path).mkdir(parents=True, exist_ok=True)
         opts = f"DATA_PATH '{lake.data_path}', " + (
             "READ_ONLY" if read_only else f"DATA_INLINING_ROW_LIMIT {LAKE_INLINE_ROWS}"
         )
         retry(lambda: con.execute(f"ATTACH 'ducklake:postgres:{lake.dsn}' AS warehouse ({opts})"))
         con.execute("USE warehouse")
+        if not read_only:
+            turns.attach(con, lake.dsn)
     except Exception:
         con.close()
         raise
     return con
+
+
+def _reach_bucket(con: duckdb.DuckDBPyConnection, data_path: str) -> None:
+    """httpfs and the bucket's secret (warehouse/object_store.py). DuckDB's error for a statement
+    quotes the statement, which holds the credentials: its failure is said without it."""
+    con.execute(f"LOAD '{_extension('httpfs')}'")
+    # object stores answer 500/503 now and then (S3's SlowDown, a busy server): retried for ~15 s
+    # (httpfs's default gives up after 3 tries in 2 s), so a busy bucket delays a write, not fails it
+    con.execute("SET http_retries = 6; SET http_retry_wait_ms = 250; SET http_retry_backoff = 2")
+    sql = secret_sql(data_path, os.environ)
+    try:
+        con.execute(sql)
+    except duckdb.Error:
+        raise WarehouseConfigError(f"{data_path}: no S3 secret could be made from the AWS_* variables") from None
 
 
 def no_lake_yet(exc: Exception) -> bool:
@@ -163,28 +220,29 @@ atexit.register(_close_lake_writers)
 def write_kept_lake(
     url: str,
     open_writer: Callable[[], duckdb.DuckDBPyConnection],
-    write: Callable[[duckdb.DuckDBPyConnection], None],
-) -> None:
-    """Run one write transaction on this process's kept connection to the lake at `url` (the caller
-    holds WRITE_LOCK). The connection is kept between writes: loading the extensions and attaching
-    the catalog cost a worker ~0.5 CPU-seconds per attempt, more than the write (~0.2 s). Each write
-    is its own transaction, which reads the catalog's latest snapshot, so a kept connection sees
-    every other writer's commits. A kept connection that fails (the catalog's server restarted) is
-    dropped and the write tried once more on a new one from `open_writer`. (A DuckDB file is opened
-    per write: held open it would lock out every other process, an analyst's included.)"""
+    write: Callable[[duckdb.DuckDBPyConnection], T],
+) -> T:
+    """Run one write (its transaction, retried as it needs: conflicts.retry) on this process's kept
+    connection to the lake at `url` (the caller holds WRITE_LOCK). The connection is kept between
+    writes: loading the extensions and attaching the catalog cost a worker ~0.5 CPU-seconds per
+    attempt, more than the write (~0.2 s). Each write is its own transaction, which reads the
+    catalog's latest snapshot, so a kept connection sees every other writer's commits. A kept
+    connection that fails (the catalog's server restarted) is dropped and the write tried once
+    more on a new one from `open_writer`. (A DuckDB file is opened per write: held open it would
+    lock out every other process, an analyst's included.)"""
     kept = _LAKE_WRITERS.get(url)
     if kept is not None:
         try:
-            retry(lambda: write(kept))
-            return
+            return write(kept)
         except duckdb.Error as exc:
             _drop_lake_writer(url)
             if is_conflict(exc):
                 raise
     con = open_writer()
     try:
-        retry(lambda: write(con))
+        done = write(con)
     except BaseException:
         con.close()
         raise
     _LAKE_WRITERS[url] = con
+    return done

@@ -7,6 +7,7 @@ A transaction that failed is rolled back before anything else runs on its connec
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -32,6 +33,17 @@ def is_conflict(exc: Exception) -> bool:
         or "failed to initialize ducklake" in text
         or any(s in text for s in _CATALOG_RETRY)
     )
+
+
+# An object store that answered a server error (S3's 500 InternalError and 503 SlowDown ask the
+# client to retry; a busy SeaweedFS answers 500 to a PUT) after httpfs's own retries gave up.
+_STORE_BUSY = re.compile(r"HTTP Error: Request returned HTTP 5\d\d")
+
+
+def is_store_busy(exc: Exception) -> bool:
+    """The lake's object store failed a request with a server error: a step that is safe to run
+    again (idempotent) can be."""
+    return isinstance(exc, duckdb.HTTPException) and bool(_STORE_BUSY.search(str(exc)))
 
 
 def retry(fn: Callable[[], T], attempts: int = 12, retryable: Callable[[Exception], bool] = is_conflict) -> T:

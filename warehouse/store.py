@@ -6,6 +6,7 @@ of the project uses, over the modules that each do one part of it:
 - conflicts.py: a transaction that lost a race with another writer, retried;
 - schema.py: migrations and the analyst views, applied on a writer's open;
 - writer.py: one diagnosis (delete-then-insert of the attempt's rows) and topology rows;
+- actions.py: the action sinks' decisions (the `actions` table), decided, finished and read;
 - maintenance.py: a lake's files compacted and its history expired; a file checkpointed.
 
 Reads go through a sandboxed read-only connection (`reader`); the service's reads are reads.py.
@@ -14,18 +15,21 @@ Reads go through a sandboxed read-only connection (`reader`); the service's read
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 
+from workload_attribution.contracts.actions import ActionHistory, ActionRecord
 from workload_attribution.contracts.errors import BadInput, NotStored, first_line
 from workload_attribution.contracts.models import Diagnosis
 from workload_attribution.staging.database import scalar
+from workload_attribution.warehouse import actions as action_table
 from workload_attribution.warehouse.backends import (
     _LAKE_WRITERS,
     LOCK_WAIT_S,
@@ -43,7 +47,10 @@ from workload_attribution.warehouse.backends import (
 from workload_attribution.warehouse.conflicts import is_conflict, retry
 from workload_attribution.warehouse.maintenance import LAKE_SNAPSHOTS_KEPT, checkpoint_file, maintain_lake
 from workload_attribution.warehouse.schema import WarehouseTooNew, migrate, views
+from workload_attribution.warehouse.turns import turn
 from workload_attribution.warehouse.writer import insert_topology, write_diagnosis
+
+log = logging.getLogger("attribution.warehouse")
 
 # the names callers and tests import from here (the kept lake writers: test_lake looks at them)
 _conflict = is_conflict
@@ -59,6 +66,8 @@ __all__ = [
     "parse_lake",
     "views",
 ]
+
+T = TypeVar("T")
 
 
 class Warehouse:
@@ -181,21 +190,32 @@ class Warehouse:
             ).fetchone()
         return json.loads(r[0]) if r else None
 
-    def write(self, d: Diagnosis, topology: list[tuple] | None = None) -> None:
-        """Replace this attempt's diagnosis (and its parts) in one transaction; `topology` (switch,
-        port, peer, peer_kind, hca) rows seen with the attempt are recorded as of its start. A lake
-        is written through this process's kept connection to it (backends.write_kept_lake)."""
+    def write(self, d: Diagnosis, topology: list[tuple] | None = None) -> bool:
+        """Replace this attempt's diagnosis (and its parts) in one transaction, unless the stored
+        one outranks it (a newer rules pack's: warehouse/precedence.py; then False, nothing
+        written); `topology` (switch, port, peer, peer_kind, hca) rows seen with the attempt are
+        recorded as of its start. A lake is written through this process's kept connection to it
+        (backends.write_kept_lake), in the attempt's turn (warehouse/turns.py)."""
+
+        def in_turn(con: duckdb.DuckDBPyConnection) -> bool:
+            with turn(con, d.attempt.id.key, self.lock_wait_s):
+                return retry(lambda: write_diagnosis(con, d, topology))
+
         try:
             with WRITE_LOCK:
                 if self.lake is None:
                     with self.connect() as con:
-                        retry(lambda: write_diagnosis(con, d, topology))
+                        written = retry(lambda: write_diagnosis(con, d, topology))
                 else:
-                    write_kept_lake(
-                        self.url, lambda: self._open(read_only=False), lambda con: write_diagnosis(con, d, topology)
-                    )
+                    written = write_kept_lake(self.url, lambda: self._open(read_only=False), in_turn)
         except (duckdb.Error, OSError) as exc:
             raise NotStored(f"{self}: the diagnosis could not be written: {first_line(exc)}", d) from exc
+        except NotStored as exc:  # the file locked, the attempt's turn not taken: the diagnosis goes with it
+            exc.diagnosis = exc.diagnosis or d
+            raise
+        if not written:
+            log.info("%s: kept the stored diagnosis of %s (it outranks this one)", self, d.attempt.id.key)
+        return written
 
     def load_topology(self, cluster: str, rows: list[tuple], valid_from: datetime, source: str) -> int:
         """Record a topology snapshot (e.g. `attribution topology load`); returns the links added."""
@@ -208,4 +228,62 @@ class Warehouse:
             return {"backend": "duckdb", "skipped": "no warehouse file yet"}
         now = datetime.now(timezone.utc)
         with WRITE_LOCK, self.connect() as con:
-            return checkpoint_file(con) if self.lake is None else maintain_lake(con, now, snapshots_kept)
+            return (
+                checkpoint_file(con) if self.lake is None else maintain_lake(con, now, snapshots_kept, self.lock_wait_s)
+            )
+
+    def _transaction(self, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """One write transaction's work, under the write lock, retried when it lost a race; a lake's
+        through this process's kept connection (backends.write_kept_lake)."""
+        result: list[T] = []
+
+        def run(con: duckdb.DuckDBPyConnection) -> None:
+            result[:] = [work(con)]
+
+        with WRITE_LOCK:
+            if self.lake is None:
+                with self.connect() as con:
+                    retry(lambda: run(con))
+            else:
+                write_kept_lake(self.url, lambda: self._open(read_only=False), lambda con: retry(lambda: run(con)))
+        return result[0]
+
+    def decide_actions(
+        self,
+        cluster: str,
+        diagnosis_id: str,
+        dry_run: bool,
+        since: datetime,
+        plan: Callable[[ActionHistory], list[ActionRecord]],
+    ) -> list[ActionRecord]:
+        """The cluster's action history read, `plan` made from it and recorded, in one transaction
+        (warehouse/actions.py): the decisions recorded."""
+        return self._transaction(lambda con: action_table.decide(con, cluster, diagnosis_id, dry_run, since, plan))
+
+    def finish_actions(self, records: list[ActionRecord]) -> None:
+        """The outcome of decided actions, once their sinks answered."""
+        if records:
+            self._transaction(lambda con: action_table.finish(con, records))
+
+    def record_actions(self, records: list[ActionRecord]) -> list[ActionRecord]:
+        """Actions decided outside the guard (an undo's reversals), recorded in the order given."""
+        records = action_table.numbered(records)
+        if records:
+            self._transaction(lambda con: action_table.insert_actions(con, records))
+        return records
+
+    def actions(
+        self,
+        cluster: str | None = None,
+        diagnosis_id: str | None = None,
+        since: datetime | None = None,
+        in_force: bool = False,
+        limit: int | None = None,
+    ) -> list[ActionRecord]:
+        """Recorded actions, oldest first: of a cluster, of a diagnosis, decided since, in force only."""
+        if not self.lake and not self.path.exists():
+            return []
+        with self.reader() as con:
+            if not scalar(con, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'actions'"):
+                return []  # a warehouse no writer of this version has opened yet
+            return action_table.select(con, cluster, diagnosis_id, since, in_force, limit)

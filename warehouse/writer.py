@@ -1,9 +1,12 @@
 """Writing to the warehouse: one diagnosis, and topology snapshots.
 
 An attempt's diagnosis replaces whatever was written for that attempt before, rows of every table,
-in one transaction: delete then insert. DuckLake has no PRIMARY KEY/UNIQUE constraints, so this is
-what keeps the key (cluster, scheduler, job_id, attempt) in both backends. Callers hold
-backends.WRITE_LOCK and run these under conflicts.retry.
+in one transaction: delete then insert, unless what is stored outranks it (a newer rules pack's,
+warehouse/precedence.py), when nothing is written. DuckLake has no PRIMARY KEY/UNIQUE constraints,
+so this is what keeps the key (cluster, scheduler, job_id, attempt) in both backends, provided no
+other writer of the attempt runs meanwhile: one process writes a DuckDB file at a time, and a lake
+writer holds the attempt's turn (warehouse/turns.py). Callers hold backends.WRITE_LOCK and run
+these under conflicts.retry.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import duckdb
 from workload_attribution.contracts.models import Diagnosis
 from workload_attribution.staging.database import scalar
 from workload_attribution.warehouse.conflicts import rollback
+from workload_attribution.warehouse.precedence import rank
 
 # the tables holding a diagnosis's parts, by diagnosis_id
 PART_TABLES = (
@@ -28,31 +32,45 @@ PART_TABLES = (
 _ATTEMPT = "cluster=? AND scheduler=? AND job_id=? AND attempt=?"
 
 
-def write_diagnosis(con: duckdb.DuckDBPyConnection, d: Diagnosis, topology: list[tuple] | None) -> None:
+def write_diagnosis(con: duckdb.DuckDBPyConnection, d: Diagnosis, topology: list[tuple] | None) -> bool:
     """Replace this attempt's diagnosis and its parts in one transaction; `topology` (switch, port,
-    peer, peer_kind, hca) rows seen with the attempt are recorded as of its start."""
+    peer, peer_kind, hca) rows seen with the attempt are recorded as of its start. False when the
+    stored diagnosis outranks this one (warehouse/precedence.py): then only what was observed (the
+    topology, the rules version's use) is recorded, so what lands does not depend on write order."""
     a = d.attempt
+    doc = d.model_dump_json()
     con.execute("BEGIN TRANSACTION")
     try:
-        _delete_attempt(con, d)
-        _insert_diagnosis_row(con, d)
-        doc = json.dumps(json.loads(d.model_dump_json()))
-        _insert_symptoms(con, d.diagnosis_id, doc)
-        _insert_affected(con, d)
         _record_rules_version(con, d)
         if topology:
             insert_topology(con, a.cluster, topology, a.start, f"bundle {a.job_id}")
+        if _outranked(con, d):
+            con.execute("COMMIT")
+            return False
+        _delete_attempt(con, d)
+        _insert_diagnosis_row(con, d, doc)
+        doc = json.dumps(json.loads(doc))
+        _insert_symptoms(con, d.diagnosis_id, doc)
+        _insert_affected(con, d)
         _insert_coverage(con, d.diagnosis_id, doc)
         _insert_evidence(con, d.diagnosis_id, doc)
         con.execute("COMMIT")
     except Exception:
         rollback(con)
         raise
+    return True
 
 
 def _attempt_key(d: Diagnosis) -> list:
     a = d.attempt
     return [a.cluster, a.scheduler, a.job_id, a.attempt]
+
+
+def _outranked(con: duckdb.DuckDBPyConnection, d: Diagnosis) -> bool:
+    """Whether a diagnosis stored for the attempt outranks `d`."""
+    mine = rank(d.rules.version, d.created_at)
+    stored = con.execute(f"SELECT rules_version, created_at FROM diagnoses WHERE {_ATTEMPT}", _attempt_key(d))
+    return any(rank(v, t) > mine for v, t in stored.fetchall())
 
 
 def _delete_attempt(con: duckdb.DuckDBPyConnection, d: Diagnosis) -> None:
@@ -64,7 +82,7 @@ def _delete_attempt(con: duckdb.DuckDBPyConnection, d: Diagnosis) -> None:
     con.execute(f"DELETE FROM diagnoses WHERE {_ATTEMPT}", key)
 
 
-def _insert_diagnosis_row(con: duckdb.DuckDBPyConnection, d: Diagnosis) -> None:
+def _insert_diagnosis_row(con: duckdb.DuckDBPyConnection, d: Diagnosis, doc: str) -> None:
     """The diagnoses row: the attempt, the verdict, its root cause, and the whole diagnosis as JSON."""
     a, rc = d.attempt, d.root_cause
     row = [
@@ -89,7 +107,7 @@ def _insert_diagnosis_row(con: duckdb.DuckDBPyConnection, d: Diagnosis) -> None:
         d.rules.version,
         len(d.rules.failed),
         d.created_at,
-        d.model_dump_json(),
+        doc,
     ]
     con.execute(f"INSERT INTO diagnoses VALUES ({', '.join('?' * len(row))})", row)
 
@@ -124,18 +142,10 @@ def _insert_affected(con: duckdb.DuckDBPyConnection, d: Diagnosis) -> None:
 
 
 def _record_rules_version(con: duckdb.DuckDBPyConnection, d: Diagnosis) -> None:
-    """The rules version that made the diagnosis: first and last used, widened to its creation time."""
-    params = {"v": d.rules.version, "t": d.created_at}
-    con.execute(
-        """UPDATE rules_versions SET first_used = least(first_used, $t), last_used = greatest(last_used, $t)
-                   WHERE version = $v""",
-        params,
-    )
-    con.execute(
-        """INSERT INTO rules_versions SELECT $v, $t, $t
-                   WHERE NOT EXISTS (SELECT 1 FROM rules_versions WHERE version = $v)""",
-        params,
-    )
+    """The rules version that made the diagnosis, and when, whether or not the diagnosis becomes
+    the current one (an append: concurrent writers never conflict on it; so what it records does
+    not depend on the order writes land in; the rules_versions view answers first and last use)."""
+    con.execute("INSERT INTO rules_version_uses VALUES (?, ?)", [d.rules.version, d.created_at])
 
 
 def _insert_coverage(con: duckdb.DuckDBPyConnection, diagnosis_id: str, doc: str) -> None:

@@ -5,7 +5,8 @@ Exit codes (every command, every mode; common.EXIT_CODES, shown by every --help)
     1  a bug
     2  bad input or configuration: one line on stderr naming what and where
     3  a diagnosis was computed but not stored (it is still printed)
-    4  checks ran and failed: a rule test, eval under --min-exact, config check's endpoints, a backfill attempt
+    4  checks ran and failed: a rule test, eval under --min-exact, config check's endpoints, a backfill attempt,
+       an action undo that failed
     5  a dependency did not answer: the Prefect server, a scheduler, a remote service
 Each command lives in its own module beside its parser (`add(subparsers)`).
 """
@@ -35,6 +36,7 @@ COMMANDS = (
     "rules",
     "eval",
     "query",
+    "actions",
     "backfill",
     "topology",
     "config",

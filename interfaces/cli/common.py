@@ -32,7 +32,7 @@ EXIT_CODES = """exit codes (every command):
   2  bad input or configuration: one line on stderr naming what and where
   3  diagnosed and printed, but not stored (warehouse locked, disk full)
   4  checks ran and failed: a rule test, eval under --min-exact, an endpoint in config check,
-     a backfill attempt not diagnosed
+     a backfill attempt not diagnosed, an action undo that failed
   5  a dependency did not answer: the Prefect server, a scheduler, a remote service"""
 
 __all__ = [

@@ -45,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"cluster {name} (scheduler {cl.scheduler}, timezone {cl.timezone})")
         endpoints: list[tuple[str, Any]] = [(cl.scheduler, cl.block(cl.scheduler))]
         endpoints += [(f"{src} ({sc.connector})", sc) for src, sc in cl.sources.items()]
+        if cl.actions is not None:  # the action sinks' endpoints too (actions/, docs/actions.md)
+            print(f"  actions: {'dry run (nothing is done)' if cl.actions.dry_run else 'LIVE'}")
+            endpoints += [(f"action sink {s.label} ({s.kind})", s) for s in cl.actions.sinks]
         for label, sc in endpoints:
             probe = sc.probe() if sc is not None else None
             if probe is None:

@@ -67,4 +67,5 @@ def run(args: argparse.Namespace) -> int:
     for name in deployments.apply(args.pool, zombie_after_s=args.zombie_after):
         print(f"applied {name} (pool {args.pool})")
     print(f"automation: a flow run with no heartbeat for {args.zombie_after:g} s is Crashed")
+    print(f"automation: a crashed attempt run is run again, at most {deployments.CRASH_RETRIES} times")
     return EXIT_OK

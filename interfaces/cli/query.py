@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(f"{cfg.warehouse}: no warehouse yet (diagnose something first)")
     shown = 0
     with wh.stream(text) as (cols, batches):
-        write = _writer(args.format, cols)
+        write = rows_writer(args.format, cols)
         for rows in batches:
             if args.limit:
                 rows = rows[: args.limit - shown]
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _writer(fmt: str, cols: list[str]):
+def rows_writer(fmt: str, cols: list[str]):
     """A function taking batches of rows (None: the end) and printing them as they come."""
     if fmt == "csv":
         w = csv.writer(sys.stdout)

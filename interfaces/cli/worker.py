@@ -34,6 +34,10 @@ def run(args: argparse.Namespace) -> int:
     common.load_config(args)  # fail here, not in every flow run, when the configuration is broken
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     if args.process:
+        # the engine of each run then beats as this worker does (Prefect's default is every 180 s,
+        # past the 90 s after which `attribution deploy`'s automation crashes a silent run)
+        beat = max(30, int(float(os.environ.get("ATTRIBUTION_HEARTBEAT_S", "30"))))
+        os.environ.setdefault("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", str(beat))
         os.execvp(
             sys.executable,
             [

@@ -7,10 +7,10 @@ everything. A route says what it needs as a dependency:
 
     @router.post("/v1/actions", dependencies=[Depends(require(Scope.act))])
 
-Webhook signature: X-Attribution-Timestamp: <unix seconds>, X-Attribution-Signature:
-sha256=<hex HMAC-SHA256(secret, "<timestamp>." + body)> (hex in either case); timestamps outside
-the replay window are refused. A webhook sender that cannot sign may send a bearer token with the
-`trigger` scope instead.
+Webhook signature (contracts/signature.py, the scheme the action webhooks sign with too):
+X-Attribution-Timestamp: <unix seconds>, X-Attribution-Signature: sha256=<hex HMAC-SHA256(secret,
+"<timestamp>." + body)> (hex in either case); timestamps outside the replay window are refused. A
+webhook sender that cannot sign may send a bearer token with the `trigger` scope instead.
 
 A refusal is 401 (no credential) or 403 and names the scope the route needs, never why a given
 credential failed: that reason goes to the log and, with the scope, to /metrics.
@@ -18,7 +18,6 @@ credential failed: that reason goes to the log and, with the scope, to /metrics.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 import time
@@ -27,6 +26,7 @@ from collections.abc import Callable, Mapping
 from fastapi import Request
 
 from workload_attribution.contracts.errors import AttributionError
+from workload_attribution.contracts.signature import sign  # the scheme: contracts/signature.py
 from workload_attribution.service.credentials import Credential, Scope
 from workload_attribution.service.sessions import COOKIE
 
@@ -46,13 +46,6 @@ class AuthError(AttributionError):
         if self.status == 401:
             return f"authentication required: a credential with the '{self.scope}' scope"
         return f"forbidden: this route needs the '{self.scope}' scope"
-
-
-def sign(secret: str, body: bytes, timestamp: int | None = None) -> dict[str, str]:
-    """The headers a sender adds (the hooks in deployments/ do the same in a few lines)."""
-    ts = str(int(time.time()) if timestamp is None else timestamp)
-    mac = hmac.new(secret.encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
-    return {"X-Attribution-Timestamp": ts, "X-Attribution-Signature": f"sha256={mac}"}
 
 
 def check_signature(

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 
 from workload_attribution.connectors.bundle import SOURCES as BUNDLE_SOURCES
 from workload_attribution.connectors.bundle import TEXT_SOURCES
+from workload_attribution.connectors.schedulers import schedulers
 from workload_attribution.contracts.errors import BadInput, NotStored, first_line
 from workload_attribution.contracts.models import AttemptScope
 from workload_attribution.service.auth import Scope, require
@@ -87,7 +88,8 @@ class SourceDoc(BaseModel):
     document: dict[str, Any] | None = Field(
         None,
         description="sacct: `sacct --json`; kueue: {workload, pods, "
-        "events, nodes}; topology: the topology.yaml mapping",
+        "events, nodes}; scheduler_record: the attempt's scheduler's files by name ({qstat.json: ..., "
+        "tracejob.txt: '...'}: a document or its text); topology: the topology.yaml mapping",
     )
 
 
@@ -143,8 +145,22 @@ def write_document(doc: AttemptDocument, root: Path) -> None:
             for name in ("workload", "pods", "events", "nodes"):
                 if name in part.document:
                     (root / "scheduler" / f"{name}.json").write_text(json.dumps(part.document[name]))
+        elif source == "scheduler_record" and part.document is not None:
+            _write_record_files(doc.attempt, part.document, root)
         elif source == "topology" and part.document is not None:
             (root / "topology.yaml").write_text(yaml.safe_dump(part.document))
+
+
+def _write_record_files(attempt: dict[str, Any], files: dict[str, Any], root: Path) -> None:
+    """The attempt's scheduler's own files (its BundleRecord's names), each a document or its text."""
+    scheduler = schedulers().get(str(attempt.get("scheduler")))
+    known = scheduler.bundle.files if scheduler is not None and scheduler.bundle is not None else ()
+    for name, content in files.items():
+        if name not in known:
+            raise Refused(f"sources.scheduler_record: {name!r} is not a file of a {attempt.get('scheduler')} record")
+        (root / "scheduler").mkdir(exist_ok=True)
+        text = content if isinstance(content, str) else json.dumps(content)
+        (root / "scheduler" / name).write_text(text)
 
 
 # ------------------------------------------------------------------------------------- archives
@@ -347,7 +363,9 @@ def compute(svc: Any, body: Path, work: Path, store: bool) -> Any:
         extract_tar(body, root, budget, "zst" if kind == "tar.zst" else "gz")
     body.unlink()
     cfg = svc.cfg if store else svc.cfg.model_copy(update={"warehouse": ""})
-    target, options = resolve(cfg, Target(bundle=str(bundle_root(root))), svc.pack)
+    # evidence posted by a client never drains a node: a cluster's actions run on what the cluster's
+    # own sources, its triggers and its operators' commands diagnose (docs/actions.md)
+    target, options = resolve(cfg, Target(bundle=str(bundle_root(root))), svc.pack, act=False)
     return attribute_inline(target, options)
 
 

@@ -132,7 +132,7 @@ class Stack(PrefectStack):
         _wait(f"{self.prefect_url}/health", "prefect server", server, self.base / "server.log", 180)
         return server
 
-    def start_worker(self) -> subprocess.Popen:
+    def start_worker(self, name: str = "worker", env: dict[str, str] | None = None) -> subprocess.Popen:
         procs = []
         for i, host in enumerate(self.hosts):
             (host / "prefect-home").mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,7 @@ def test_flow_diagnoses_and_publishes(tmp_path, monkeypatch):
         "scheduler_log",
         "sacct",
         "kueue",
+        "scheduler_record",
         "metrics",
         "topology",
     }
@@ -70,3 +71,23 @@ def test_transient_source_errors_are_retried_and_permanent_ones_recorded(monkeyp
     assert calls["topology"] == 4 and cov["topology"]["status"] == "error"
     assert "failed after retries: connection refused" in cov["topology"]["error"]
     assert doc["sub_domain"] == "nvlink"
+
+
+def test_the_flow_acts_after_publishing(tmp_path, monkeypatch):
+    """The story's act step in a flow run: the bundle's cluster (eos) has an actions block (a dry
+    run with a notifier): its decision is recorded beside the diagnosis."""
+    from workload_attribution.contracts.identity import Target
+    from workload_attribution.flows.attempt import attribute_attempt
+    from workload_attribution.warehouse.store import Warehouse
+
+    wh = tmp_path / "w.duckdb"
+    cfg = tmp_path / "attribution.yaml"
+    actions = "{sinks: [{kind: alertmanager, url: 'http://alertmanager:9093'}]}"
+    cfg.write_text(f"clusters:\n  eos:\n    scheduler: static\n    actions: {actions}\n")
+    monkeypatch.setenv("ATTRIBUTION_CONFIG", str(cfg))
+    monkeypatch.setenv("ATTRIBUTION_WAREHOUSE", str(wh))
+    doc = attribute_attempt(Target(bundle=str(WORKED)))
+    records = Warehouse(wh).actions()
+    assert [(r.diagnosis_id, r.sink, r.node, r.outcome.value) for r in records] == [
+        (doc["diagnosis_id"], "alertmanager", "gb-r12-n04", "dry_run")
+    ]

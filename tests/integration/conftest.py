@@ -135,6 +135,32 @@ def slurm(tmp_path_factory):
     shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def postgres():
+    """A real PostgreSQL of this module's own (tests/services/postgres.py): a DuckLake catalog, a
+    Prefect server's database."""
+    from tests.services.postgres import Postgres
+
+    base = Path(tempfile.mkdtemp(prefix="attribution-pg-"))  # not under pytest's 0700 tmp: the server runs as postgres
+    base.chmod(0o755)
+    pg = Postgres(base / "pg").start()
+    yield pg
+    pg.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A real S3 server of this module's own (SeaweedFS, tests/services/seaweedfs.py) with a bucket."""
+    from tests.services.seaweedfs import SeaweedS3
+
+    base = Path(tempfile.mkdtemp(prefix="attribution-s3-"))
+    server = SeaweedS3(base).start()
+    yield server
+    server.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.fixture
 def staged():
     """The worked example's scope and a fresh staging database for it."""

@@ -11,8 +11,12 @@ stays Running.
   disk and drained at start; what was refused is re-sent, as senders do).
 - the worker killed with SIGKILL in the middle of a run (its metrics source hung behind
   tests/services/stall_proxy.py): the automation `attribution deploy` applies marks the run Crashed
-  when its heartbeats stop, and the nightly backfill, discovering through slurmrestd, finds exactly
-  the failed jobs and diagnoses each one without a diagnosis once.
+  when its heartbeats stop, the other one runs it again once a worker is back, and the nightly
+  backfill, discovering through slurmrestd, finds exactly the failed jobs and diagnoses the one
+  never triggered; each failed job is diagnosed once.
+- a worker killed with SIGKILL in the middle of a storm (Kueue webhooks and static-cluster
+  attempts), another worker host still up: every accepted attempt diagnosed once, its runs that
+  crashed run again by the automation, with no new trigger and no backfill.
 """
 
 from __future__ import annotations
@@ -280,22 +284,17 @@ def test_worker_killed_mid_run_is_crashed_and_the_nightly_diagnoses_each_attempt
     )
     stack.kill("worker", signal.SIGKILL)
 
-    # no heartbeat: the automation crashes the run (zombie-after 15 s in this stack)
-    from prefect.client.orchestration import get_client
-
-    async def state_of(rid: str) -> str:
-        async with get_client() as client:
-            return (await client.read_flow_run(rid)).state.type.value
-
+    # no heartbeat: the automation crashes the run (zombie-after 15 s in this stack), the other
+    # schedules it again (AwaitingRetry), waiting for a worker
     with stack.client_settings():
-        state = wait_until(
-            lambda: (s := asyncio.run(state_of(run_id))) != "RUNNING" and s, "the run to leave RUNNING", 120
-        )
-    assert state == "CRASHED", state
+        wait_until(lambda: "CRASHED" in history(run_id), "the run to be Crashed", 120)
+        wait_until(lambda: history(run_id)[-1] == "SCHEDULED", "the crashed run to be scheduled again", 60)
 
     hung_prometheus.release()
     stack.start_worker()
+    wait_diagnosis(stack, cluster="ci-hung", job_id=jobs[0], timeout=180)  # the same run, run again
     with stack.client_settings():
+        assert history(run_id)[-1] == "COMPLETED", history(run_id)
         nightly = run_deployment(
             "backfill/nightly",
             parameters={"cluster": "ci-hung", "since": since.isoformat()},
@@ -304,7 +303,95 @@ def test_worker_killed_mid_run_is_crashed_and_the_nightly_diagnoses_each_attempt
             as_subflow=False,
         )
     assert nightly.state.is_completed(), stack.log("worker")[-3000:]
-    assert "3 found, 1 already diagnosed" in stack.log("worker"), stack.log("worker")[-3000:]
+    assert "3 found, 2 already diagnosed" in stack.log("worker"), stack.log("worker")[-3000:]
     per_job = Counter(i["job_id"] for i in diagnoses(stack, cluster="ci-hung"))
     assert per_job == {j: 1 for j in jobs}, per_job  # each failed attempt once, the completed one never
     assert {"RUNNING", "PENDING", "SCHEDULED"}.isdisjoint(run_states(stack, "ci-hung"))
+
+
+def history(run_id: str) -> list[str]:
+    """The state types a flow run went through, oldest first (call within stack.client_settings())."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        states = client.read_flow_run_states(run_id)
+    return [st.type.value for st in sorted(states, key=lambda st: st.timestamp)]
+
+
+def test_a_worker_killed_mid_storm_loses_no_attempt(stack, kube):
+    """Two worker hosts; one is killed with SIGKILL while it runs the storm's attempts. Its runs
+    are Crashed (no heartbeat) and run again by the automation on the other host: every accepted
+    attempt is diagnosed exactly once, within minutes, with no new trigger and no backfill."""
+    from tests.bench.webhook_burst import plan, runs_per_key
+    from tests.services.prefect_stack import flow_runs
+
+    storm = plan(14, kube, "k8s", "team-a", dup_share=0.0, invalid_share=0.0, seed=31, prefix="killed")
+    static = [  # static-cluster attempts, which the nightly backfill never discovers
+        {
+            "cluster": "lab",
+            "nodes": [f"gb-r12-n0{i}" for i in range(1, 7)],
+            "start": f"2026-11-2{day}T10:00:00Z",
+            "end": f"2026-11-2{day}T12:13:07Z",
+        }
+        for day in (1, 2, 3)
+    ]
+    with stack.client_settings():
+        backfills = _backfill_runs()
+    accepted: set[str] = set()  # idempotency keys
+    for _, body in storm.bodies:
+        r = httpx.post(
+            f"{stack.url}/v1/webhooks/kubernetes",
+            content=body,
+            headers={**sign(SECRET, body), "Content-Type": "application/json"},
+            timeout=60,
+        )
+        assert r.status_code == 202, r.text
+        accepted.add(r.json()["idempotency_key"])
+    for body in static:
+        r = httpx.post(f"{stack.url}/v1/attempts", json=body, headers=AUTH, timeout=60)
+        assert r.status_code == 202, r.text
+        accepted.add(r.json()["idempotency_key"])
+
+    def running() -> list:
+        return [fr for fr in flow_runs(stack) if fr.idempotency_key in accepted and fr.state.type.value == "RUNNING"]
+
+    in_flight = wait_until(running, "the worker to be running the storm's attempts", 120)
+    stack.kill("worker", signal.SIGKILL)  # mid-run: its runs in flight are lost with it
+    stack.start_worker("worker-2")  # the other host
+    try:
+        crashed = [fr.id for fr in in_flight]
+
+        def done() -> set[str]:
+            runs = {fr.idempotency_key: fr for fr in flow_runs(stack) if fr.idempotency_key in accepted}
+            return {k for k, fr in runs.items() if fr.state.type.value == "COMPLETED"}
+
+        wait_until(
+            lambda: done() == set(accepted),
+            "every accepted attempt's run to complete",
+            300,
+            seen=lambda: (sorted(set(accepted) - done())[:3], stack.log("worker-2")[-2000:]),
+        )
+        with stack.client_settings():
+            retried = {str(rid): history(str(rid)) for rid in crashed}
+            assert all("CRASHED" in h and h[-1] == "COMPLETED" for h in retried.values()), retried
+            assert _backfill_runs() == backfills  # no backfill ran
+        runs = runs_per_key(stack)
+        assert all(runs[k] == 1 for k in accepted), {k: runs[k] for k in accepted if runs[k] != 1}
+        kueue = Counter(i["job_id"].rpartition("/")[2] for i in diagnoses(stack, cluster="k8s"))
+        assert {n: kueue[n] for n in storm.unique} == {n: 1 for n in storm.unique}
+        days = ("2026-11-21", "2026-11-22", "2026-11-23")
+        lab = [i for i in diagnoses(stack, cluster="lab") if (i["attempt_end"] or "")[:10] in days]
+        assert len(lab) == len({i["job_id"] for i in lab}) == 3, lab
+    finally:
+        stack.kill("worker-2")
+        stack.start_worker()  # the stack as the other tests expect it
+
+
+def _backfill_runs() -> int:
+    """Flow runs of the nightly backfill deployment so far (within stack.client_settings())."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    with get_client(sync_client=True) as client:
+        dep = client.read_deployment_by_name("backfill/nightly")
+        return client.count_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id])))

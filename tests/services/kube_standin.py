@@ -4,8 +4,16 @@ No kube-apiserver runs on these machines (no package provides one; kind/k3s need
 downloads), so this serves recorded objects the way the API does: GET .../workloads/{name} and
 the paged workload list (kueue.x-k8s.io/v1beta1; `limit` + `continue`), pod lists with equality label
 selectors, event lists with
-involvedObject field selectors, GET /api/v1/nodes/{name}; `*List` kinds with metadata, 404/401 as
-`Status` objects; bearer-token authentication when a token is set. `fail_next` injects faults.
+involvedObject field selectors, GET /api/v1/nodes/{name} and the paged node list; `*List` kinds with
+metadata, 404/401 as `Status` objects; bearer-token authentication when a token is set. `fail_next`
+injects faults.
+
+PATCH /api/v1/nodes/{name} as the API server answers a strategic merge patch of a Node (what a
+cordon and a taint send): `Content-Type: application/strategic-merge-patch+json` (anything else:
+415), `metadata.resourceVersion` in the patch a precondition (409 Conflict when the node changed),
+`spec.taints` an atomic list (replaced whole: the API's Node has no merge key for it), a null
+deleting its field; the answer is the patched Node with a new resourceVersion. Every PATCH is
+recorded in `patches` as (path, content type, body).
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ class KubeStandIn:
         self.pods: list[dict] = []
         self.events: list[dict] = []
         self.nodes: dict[str, dict] = {}
+        self.patches: list[tuple[str, str, dict]] = []
         self.fail_next: list[tuple[int, str]] = []
         outer = self
 
@@ -129,6 +138,8 @@ class KubeStandIn:
                             }
                         ),
                     )
+                if u.path == "/api/v1/nodes":
+                    return self._send(200, json.dumps(outer.node_page(q)))
                 if u.path.startswith("/api/v1/nodes/"):
                     node = outer.nodes.get(parts[-1])
                     if node is None:
@@ -136,8 +147,76 @@ class KubeStandIn:
                     return self._send(200, json.dumps(node))
                 return self._send(404, _status(404, "NotFound", "the server could not find the requested resource"))
 
+            def do_PATCH(self):
+                if outer.fail_next:
+                    code, body = outer.fail_next.pop(0)
+                    return self._send(code, body)
+                if outer.token and self.headers.get("Authorization") != f"Bearer {outer.token}":
+                    return self._send(401, _status(401, "Unauthorized", "Unauthorized"))
+                path = urlparse(self.path).path
+                kind = self.headers.get("Content-Type", "")
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                outer.patches.append((path, kind, body))
+                if not path.startswith("/api/v1/nodes/"):
+                    return self._send(405, _status(405, "MethodNotAllowed", "the server does not allow this method"))
+                return self._send(*outer.patch_node(path.rsplit("/", 1)[-1], kind, body))
+
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def node_page(self, q: dict[str, str]) -> dict:
+        """GET /api/v1/nodes: a NodeList, paged by `limit` and `continue` as the API pages."""
+        names = sorted(self.nodes)
+        first = int(q.get("continue") or 0)
+        limit = int(q.get("limit") or len(names) or 1)
+        more = {"continue": str(first + limit)} if first + limit < len(names) else {}
+        return {
+            "kind": "NodeList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": "1", **more},
+            "items": [self.nodes[n] for n in names[first : first + limit]],
+        }
+
+    def patch_node(self, name: str, kind: str, patch: dict) -> tuple[int, str]:
+        """A strategic merge patch of a Node's spec: (status, body) as the API server answers."""
+        if kind.split(";")[0].strip() != "application/strategic-merge-patch+json":
+            return 415, _status(
+                415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {kind}"
+            )
+        node = self.nodes.get(name)
+        if node is None:
+            return 404, _status(404, "NotFound", f'nodes "{name}" not found')
+        meta = node.setdefault("metadata", {})
+        want = (patch.get("metadata") or {}).get("resourceVersion")
+        if want is not None and want != meta.get("resourceVersion"):
+            message = (
+                f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; '
+                "please apply your changes to the latest version and try again"
+            )
+            return 409, _status(409, "Conflict", message)
+        spec = node.setdefault("spec", {})
+        for key, value in (patch.get("spec") or {}).items():
+            if value is None:
+                spec.pop(key, None)
+            else:
+                spec[key] = value  # unschedulable a scalar, taints an atomic list: both replaced
+        meta["resourceVersion"] = str(int(meta.get("resourceVersion") or 0) + 1)
+        return 200, json.dumps(node)
+
+    def add_node(self, name: str, labels: dict[str, str] | None = None, ready: bool = True) -> dict:
+        """A Node as the API serves it: metadata with a resourceVersion, a spec, a Ready condition."""
+        self.nodes[name] = {
+            "kind": "Node",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": name,
+                "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+                "resourceVersion": "1",
+            },
+            "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        }
+        return self.nodes[name]
 
     def load_bundle(self, scheduler_dir, pod_labels: dict[str, str]) -> None:
         """Serve a bundle's scheduler/*.json (pods get the labels a real job controller would set)."""

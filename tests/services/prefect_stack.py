@@ -130,8 +130,9 @@ class PrefectStack:
         _wait(f"{self.prefect_url}/health", "prefect server", server, self.base / "server.log", 120)
         return server
 
-    def start_worker(self) -> subprocess.Popen:
-        return self._spawn("worker", [*self.attribution, "worker", *self.worker_args])
+    def start_worker(self, name: str = "worker", env: dict[str, str] | None = None) -> subprocess.Popen:
+        """`attribution worker` (another one: a name of its own, and its environment)."""
+        return self._spawn(name, [*self.attribution, "worker", *self.worker_args], env)
 
     def start_service(
         self, name: str = "service", port: int | None = None, env: dict[str, str] | None = None

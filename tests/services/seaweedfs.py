@@ -98,6 +98,10 @@ class SeaweedS3:
                 "-s3",
                 f"-s3.port={self.s3}",
                 f"-s3.config={self.base / 's3.json'}",
+                # weed 4.48 also serves an Iceberg catalog (8181) and a Lance namespace (9101) on
+                # fixed ports: a second server on the host exits at start ("address already in use")
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
                 "-volume.max=0",
             ],
             stdout=log.open("wb"),

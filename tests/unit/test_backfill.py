@@ -45,6 +45,10 @@ def test_plan_sorts_done_stale_new_and_collapses_repeats():
     )
     p = plan([a, b, c, a], {a.key: "v2", b.key: "v1"}, "v2")
     assert p.skipped == [a] and p.todo == [(b, "stale_rules"), (c, "new")]
+    # a newer pack's diagnosis would be kept (warehouse/precedence.py): not redone by an older pack
+    p = plan([a, b, c], {a.key: "2026.12.1+aaa", b.key: "2026.11.2+bbb", c.key: "2026.12.1+ccc"}, "2026.12.1+ccc")
+    assert p.todo == [(a, "stale_rules"), (b, "stale_rules")] and p.skipped == [c]
+    assert plan([a], {a.key: "2027.1.1+ddd"}, "2026.12.1+ccc").skipped == [a]
     assert plan([a, b], {a.key: "v2"}, "v2", force=True).todo == [(a, "forced"), (b, "forced")]
 
 

@@ -140,7 +140,7 @@ GOOD = (
         (GOOD.replace("attempt: 0", "attempt: many"), ["field 'attempt'"]),
         (GOOD.replace("nodes: [a]", "nodes: a-string"), ["field 'nodes'"]),
         (GOOD.replace("end: 2026-01-01T01:00:00Z", "end: 2025-12-31T00:00:00Z"), ["end"]),
-        (GOOD.replace("scheduler: slurm", "scheduler: pbs"), ["field 'scheduler'"]),
+        (GOOD.replace("scheduler: slurm", "scheduler: sge"), ["field 'scheduler'"]),
         (GOOD.replace("start: 2026-01-01T00:00:00Z", "start: not-a-time"), ["field 'start'"]),
         ("cluster: &a [*a]\n", ["field 'cluster'"]),  # a self-referencing alias: loaded as a cycle, refused by type
         (

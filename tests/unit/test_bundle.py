@@ -151,7 +151,7 @@ def test_symlink_outside_the_bundle_is_refused(bundle, tmp_path):
             "end",
         ),
         (
-            "cluster: c\nscheduler: pbs\njob_id: 1\nattempt: 0\nnodes: [a]\nstart: 2026-01-01T00:00:00Z\n"
+            "cluster: c\nscheduler: sge\njob_id: 1\nattempt: 0\nnodes: [a]\nstart: 2026-01-01T00:00:00Z\n"
             "end: 2026-01-01T01:00:00Z\nstate: FAILED\n",
             "scheduler",
         ),

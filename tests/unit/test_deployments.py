@@ -20,3 +20,17 @@ def test_deployments_reference_installed_flows_by_import_path():
         module, func = d.flow.rsplit(".", 1)
         flow = getattr(importlib.import_module(module), func)
         assert flow.name == d.flow_name and "/" not in d.flow and not d.flow.endswith(".py")
+
+
+def test_a_crashed_attempt_run_is_run_again_a_bounded_number_of_times():
+    """flows/deployments.py's automation schedules a crashed run again; the flow bounds how often."""
+    import pytest
+
+    from workload_attribution.flows.attempt import CrashedTooOften, crash_retry_note
+    from workload_attribution.flows.deployments import CRASH_RETRIES
+
+    reasons = ["no heartbeat for 90 s: its worker is gone"]
+    assert crash_retry_note(2, reasons) == f"run 2 of this attempt, after a crash: {reasons[0]}"
+    assert crash_retry_note(1 + CRASH_RETRIES, reasons * CRASH_RETRIES).startswith(f"run {1 + CRASH_RETRIES} ")
+    with pytest.raises(CrashedTooOften, match=f"after {CRASH_RETRIES + 1} crash.*its worker is gone.*not again"):
+        crash_retry_note(2 + CRASH_RETRIES, reasons * (CRASH_RETRIES + 1))

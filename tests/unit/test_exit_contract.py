@@ -12,6 +12,7 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -93,6 +94,10 @@ CASES: dict[str, list[Case]] = {
         (0, lambda t: ["query", "--list"], "failures_per_host"),
         (2, lambda t: ["query", "SELECT 1", "--warehouse", str(t / "missing.duckdb")], "no warehouse yet"),
         (2, lambda t: ["query", "SELECT 1", "--warehouse", str(not_duckdb(t))], "not a DuckDB database file"),
+    ],
+    "actions": [
+        (0, lambda t: ["actions", "list", "--warehouse", str(t / "w.duckdb")], "(0 actions)"),
+        (2, lambda t: ["actions", "undo"], "name the diagnosis"),
     ],
     "backfill": [
         (
@@ -208,10 +213,20 @@ def test_a_bug_is_1_in_one_line_for_every_command(command, monkeypatch, capsys):
 
     monkeypatch.setattr(module, "run", bug)
     required = {"rules": ["list"], "eval": ["."], "topology": ["load", "f", "--cluster", "c"], "config": ["check"]}
-    required |= {"token": ["list"]}
+    required |= {"token": ["list"], "actions": ["list"]}
     assert main([command, *required.get(command, [])]) == 1
     err = capsys.readouterr().err
     assert err.startswith("attribution: internal error: KeyError:") and "--debug" in err and err.count("\n") == 1
+
+
+def test_an_action_undo_that_failed_is_4(monkeypatch, tmp_path, capsys):
+    from workload_attribution.actions import act
+    from workload_attribution.contracts.actions import Outcome
+
+    failed = SimpleNamespace(sink="slurm", operation="resume", outcome=Outcome.failed, node="n1", reason="refused")
+    monkeypatch.setattr(act, "undo", lambda *a, **k: [failed])
+    assert main(["actions", "undo", "d-1", "--warehouse", str(tmp_path / "w.duckdb")]) == 4
+    assert "slurm resume: failed n1 (refused)" in capsys.readouterr().out
 
 
 def test_help_and_readme_state_the_same_codes(capsys):

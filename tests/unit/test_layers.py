@@ -2,7 +2,8 @@
 every import, module level or inside a function):
 
     interfaces (CLI, service, dashboard: the package root, interfaces/)
-      -> flows -> tasks -> connectors | rules | warehouse (never on each other)
+      -> flows -> tasks | actions (never on each other)
+      -> connectors | rules | warehouse (never on each other)
       -> staging -> contracts (nothing)
 
 The folders and their import names come from pyproject.toml's package-dir table, the one place
@@ -29,6 +30,7 @@ LAYER = {
     "rules": 2,
     "warehouse": 2,
     "tasks": 3,
+    "actions": 3,
     "flows": 4,
     "interfaces": 5,
 }

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import ROOT
 from workload_attribution.connectors.kueue import STATES as KUEUE
 from workload_attribution.connectors.kueue import ended_badly
-from workload_attribution.connectors.schedulers import StateTable, get_scheduler, schedulers
+from workload_attribution.connectors.schedulers import Fact, StateTable, get_scheduler, schedulers
 from workload_attribution.connectors.slurm import STATES as SLURM
 
 # Slurm's job state codes (squeue(1), JOB STATE CODES)
@@ -77,22 +77,79 @@ def test_a_workload_ended_badly_as_the_kueue_table_says(conditions, failed):
     assert KUEUE.completed("Finished:Succeeded") and KUEUE.failed("Finished:Failed") and KUEUE.unended("Running")
 
 
+HEADER = "field,value,ended,failed,terminal_state,sub_domain,blame,meaning,reference"
+
+
 @pytest.mark.parametrize(
     "row, error",
     [
-        ("X,yes,yes,,,m,", "reference"),
-        ("X,maybe,yes,,,m,https://example.org", "ended"),
-        ("X,yes,yes,completed,gpu,m,https://example.org", "does not belong"),
-        ("X,yes,yes,,gpu,m,https://example.org", "without its terminal_state"),
-        ("X,yes,yes,broken,,m,https://example.org", "broken"),
+        ("state,X,yes,yes,,,,m,", "reference"),
+        ("state,X,maybe,yes,,,,m,https://example.org", "ended"),
+        ("state,X,,,,,,m,https://example.org", "a state row's ended"),  # a state says whether it is over
+        ("exit,-29,maybe,,,,,m,https://example.org", "or both empty"),
+        ("state,X,yes,yes,completed,gpu,,m,https://example.org", "does not belong"),
+        ("state,X,yes,yes,,gpu,,m,https://example.org", "without its terminal_state"),
+        ("state,X,yes,yes,broken,,,m,https://example.org", "broken"),
+        ("exit,1,,,,,peer,m,https://example.org", "blame"),
+        (",X,yes,yes,,,,m,https://example.org", "field and value"),
     ],
 )
 def test_a_table_row_is_checked_and_named_by_its_line(tmp_path, row, error):
     path = tmp_path / "t_states.csv"
-    path.write_text(f"state,ended,failed,terminal_state,sub_domain,meaning,reference\n{row}\n")
+    path.write_text(f"{HEADER}\n{row}\n")
     with pytest.raises(ValueError, match=error) as got:
         StateTable.load(path)
     assert "t_states.csv line 2" in str(got.value)
+
+
+TABLE = f"""{HEADER}
+state,F,yes,no,,,,finished (history),https://example.org/pbs#states
+state,R,no,no,,,,running,https://example.org/pbs#states
+substate,93,yes,yes,,,,failed,https://example.org/pbs#substates
+substate,91,yes,yes,scheduler_action,cancelled,,deleted while running,https://example.org/pbs#substates
+exit,0,,no,completed,none,,exited 0,https://example.org/pbs#exit
+exit,-29,,,scheduler_action,time_limit,,walltime,https://example.org/pbs#exit
+exit,-14,,,infrastructure_failure,node_unreachable,,a sister lost,https://example.org/pbs#exit
+exit,*,,yes,,,,any other exit: the job failed,https://example.org/pbs#exit
+message,node EOF *,,,infrastructure_failure,node_unreachable,named,the MoM lost a sister,https://example.org/pbs#log
+reason,*and exceeded resource walltime,,,scheduler_action,time_limit,,walltime (comment),https://example.org/pbs#comment
+"""
+
+
+def test_a_record_reads_as_facts_the_first_that_says_each_thing_decides(tmp_path):
+    (tmp_path / "t_states.csv").write_text(TABLE)
+    table = StateTable.load(tmp_path / "t_states.csv")
+    walltime = [Fact("exit", -29), Fact("reason", "Job run at ... on (n1:ncpus=8) and exceeded resource walltime")]
+    got = table.read([*walltime, Fact("substate", 93), Fact("state", "F")], ["n1"])
+    assert (got.ended, got.failed, got.terminal_state, got.sub_domain, got.by) == (
+        "yes",
+        True,
+        "scheduler_action",
+        "time_limit",
+        "exit=-29",
+    )
+    assert got.blamed == ()  # the comment names n1, but its row blames nobody
+    # a fact the record leaves empty says nothing; a pattern matches what no exact row holds
+    facts = [Fact("exit", "-14"), Fact("reason", None), Fact("message", "node EOF 1 (n2)")]
+    lost = table.read(facts, ["n1", "n2", "n"])
+    assert (lost.sub_domain, lost.by, lost.blamed) == ("node_unreachable", "exit=-14", ("n2",))
+    plain = table.read([Fact("exit", "1"), Fact("substate", "93"), Fact("state", "F")])
+    assert (plain.failed, plain.terminal_state) == (True, "")
+    running = table.read([Fact("substate", "42"), Fact("state", "R")])
+    assert (running.ended, running.failed) == ("no", False)
+    assert table.read([Fact("exit", "0"), Fact("state", "f")]).completed  # case aside
+    unknown = table.read([Fact("state", "Z")])
+    assert (unknown.ended, unknown.failed, unknown.terminal_state) == ("yes", False, "")
+
+
+def test_the_scope_of_an_attempt_reads_through_its_schedulers_table():
+    # attempt.yaml's exit code, reason and state: a static bundle's Slurm words mean what they did
+    static, slurm = get_scheduler("static").states, get_scheduler("slurm").states
+    assert static.read([Fact("state", "TIMEOUT")]).sub_domain == "time_limit"
+    assert static.read([Fact("state", "Completed")]).completed and not static.read([Fact("state", "FAILED")]).completed
+    assert slurm.read([Fact("exit", "0:9"), Fact("reason", None), Fact("state", "CANCELLED by 0")]).sub_domain == (
+        "cancelled"
+    )
 
 
 def test_the_shipped_schedulers():
@@ -118,8 +175,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from workload_attribution.connectors import scheduler_records as sr
 from workload_attribution.connectors.registry import SourceConfig
-from workload_attribution.connectors.schedulers import Notice, Scheduler, StateTable, Webhook, register_scheduler
+from workload_attribution.connectors.schedulers import (
+    BundleRecord, Fact, JobRecord, Notice, Scheduler, StateTable, Webhook, register_scheduler,
+)
 from workload_attribution.contracts.errors import TransientSourceError
 from workload_attribution.contracts.identity import AttemptId, EndedAttempt, Target
 from workload_attribution.contracts.models import AttemptScope
@@ -154,6 +214,16 @@ def discover(src: ToySource, cluster: str, since: datetime, until: datetime) -> 
     return found
 
 
+def read_bundle(files: dict[str, str], scope: AttemptScope) -> JobRecord:
+    """A bundle's scheduler/toy.json: the job as the toy keeps it."""
+    job = json.loads(files["toy.json"])
+    when = {k: datetime.fromisoformat(job[k]) for k in ("start", "end")}
+    attrs = {"job_id": scope.job_id, "state": job["state"], "nodes": job["nodes"], **when}
+    reading = STATES.read([Fact("state", job["state"])], job["nodes"])
+    record = sr.job_observation("toy", attrs, reading, "scheduler/toy.json", "toy")
+    return JobRecord([record], {"state": job["state"], "nodes": job["nodes"], **when})
+
+
 class ToyEnded(BaseModel):
     model_config = ConfigDict(extra="forbid")
     cluster: str
@@ -167,13 +237,15 @@ def read_notice(ended: ToyEnded) -> Notice:
 
 
 register_scheduler(Scheduler(name="toy", scope=scope, states=STATES, config=ToySource, discover=discover,
+                             bundle=BundleRecord(("toy.json",), read_bundle),
                              webhook=Webhook("toy", ToyEnded, read_notice, "a toy job", "A toy job ended.")))
 '''
 
-TOY_STATES = """state,ended,failed,terminal_state,sub_domain,meaning,reference
-DONE,yes,no,completed,none,every task exited 0,https://example.org/toy#states
-CRASHED,yes,yes,,,a task failed: the evidence decides,https://example.org/toy#states
-RUNNING,no,no,,,running,https://example.org/toy#states
+TOY_STATES = """field,value,ended,failed,terminal_state,sub_domain,blame,meaning,reference
+state,DONE,yes,no,completed,none,,every task exited 0,https://example.org/toy#states
+state,CRASHED,yes,yes,,,,a task failed: the evidence decides,https://example.org/toy#states
+state,RUNNING,no,no,,,,running,https://example.org/toy#states
+state,KILLED,yes,yes,scheduler_action,time_limit,,killed at its time limit,https://example.org/toy#states
 """
 
 LAUNCH = """
@@ -277,3 +349,20 @@ def test_a_new_scheduler_is_one_module_and_its_table(toy, tmp_path):
     assert got["CRASHED"] == [202, {**got["CRASHED"][1], "status": "accepted", "idempotency_key": "lab:toy:42:0"}]
     assert got["DONE"][0] == 200 and got["DONE"][1]["status"] == "recorded"
     assert got["runs"] == ["lab:toy:42:0"]
+
+    # a bundle of its attempt: its record (scheduler/toy.json) read by its module wins over
+    # attempt.yaml, and what its table says the state means is the verdict's
+    bundle = tmp_path / "bundle"
+    (bundle / "scheduler").mkdir(parents=True)
+    window = {"start": "2026-11-20T10:00:00+00:00", "end": "2026-11-20T12:00:00+00:00"}
+    (bundle / "scheduler" / "toy.json").write_text(json.dumps({"state": "KILLED", "nodes": ["t1", "t2"], **window}))
+    (bundle / "attempt.yaml").write_text(
+        "cluster: lab\nscheduler: toy\njob_id: '44'\nattempt: 0\nnodes: [t1, t2]\n"
+        f"start: '{window['start']}'\nend: '{window['end']}'\nstate: CRASHED\n"
+    )
+    r = launch(toy, "diagnose", str(bundle), "--json", "--no-warehouse")
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    assert (d["terminal_state"], d["sub_domain"], d["attempt"]["state"]) == ("scheduler_action", "time_limit", "KILLED")
+    assert {c["source"]: c["status"] for c in d["coverage"]}["scheduler_record"] == "ok"
+    assert any("the record wins" in n for n in d["notes"])

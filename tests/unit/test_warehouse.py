@@ -4,13 +4,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from unittest import mock
 
 import duckdb
 import pytest
 
 from tests.conftest import ROOT, WORKED
 from tests.helpers import diagnose
-from tests.waiting import duckdb_held_by_another_process
+from tests.waiting import duckdb_held_by_another_process, wait_until
 from workload_attribution.contracts.vocabulary import Action
 from workload_attribution.rules.pack import default_pack
 from workload_attribution.warehouse.store import Warehouse, WarehouseLocked
@@ -36,6 +37,40 @@ def test_rediagnosing_replaces_never_duplicates(tmp_path, diagnosis):
         assert con.execute("SELECT count(*) FROM diagnosis_coverage").fetchone()[0] == len(diagnosis.coverage)
     stored = wh.get("eos", "slurm", "4191701", 0)
     assert stored["terminal_state"] == "hardware_failure" and stored["diagnosis_id"] == diagnosis.diagnosis_id
+
+
+def test_a_newer_rules_pack_wins_over_an_older_one_whoever_writes_last(tmp_path, diagnosis):
+    """warehouse/precedence.py: the pack's calendar version first, then when the diagnosis was made."""
+    from datetime import timedelta
+
+    from workload_attribution.warehouse.precedence import pack_rank, rank
+
+    assert pack_rank("2026.12.1+78ecdca1d9") == (2026, 12, 1) < pack_rank("2026.12.10+0") < pack_rank("2027.1.1")
+    assert pack_rank("dev") == () < pack_rank("0")
+    t = diagnosis.created_at
+    assert rank("2026.12.1+a", t) < rank("2026.12.1+a", t + timedelta(microseconds=1)) < rank("2026.12.2+b", t)
+
+    def made(version: str, after_s: float, action: str):
+        rules = diagnosis.rules.model_copy(update={"version": version})
+        return diagnosis.model_copy(
+            update={"rules": rules, "created_at": t + timedelta(seconds=after_s), "recommended_action": Action(action)}
+        )
+
+    wh = Warehouse(tmp_path / "w.duckdb")
+    current = "SELECT count(*), any_value(rules_version), any_value(recommended_action) FROM diagnoses"
+    assert wh.write(made("2026.12.1+a", 0, "reboot_node"))
+    assert not wh.write(made("2026.11.9+z", 60, "drain_node"))  # an older pack, made later: kept out
+    assert wh.query(current)[1] == [(1, "2026.12.1+a", "reboot_node")]
+    assert not wh.write(made("2026.12.1+a", -5, "drain_node"))  # the same pack, made earlier
+    assert wh.write(made("2026.12.1+a", 10, "drain_and_reset_gpu"))  # the same pack, made later: replaces
+    assert wh.write(made("2027.1.1+b", -3600, "reboot_node"))  # a newer pack, however early
+    assert wh.query(current)[1] == [(1, "2027.1.1+b", "reboot_node")]
+    # every use of a rules version is recorded, kept or not: the same record in any write order
+    assert [r[0] for r in wh.query("SELECT version FROM rules_versions ORDER BY first_used")[1]] == [
+        "2027.1.1+b",
+        "2026.12.1+a",
+        "2026.11.9+z",
+    ]
 
 
 def test_schema_newer_than_the_code_is_refused(tmp_path, diagnosis):
@@ -89,6 +124,48 @@ def test_a_held_lock_makes_the_writer_wait_then_fail_loudly(tmp_path, diagnosis)
         assert 1.4 < time.monotonic() - started < 10
 
 
+def test_a_warehouse_another_writer_is_creating_is_waited_for(tmp_path, diagnosis):
+    """Workers starting on one new warehouse at once: a file that exists without its headers yet
+    (another process's first open under way) is waited for like a lock, then opened; one that
+    never gets them fails loudly at the deadline; a file with content that is not DuckDB's is no
+    such wait."""
+    import threading
+
+    made = tmp_path / "made.duckdb"
+    Warehouse(made).write(diagnosis)
+    wh = tmp_path / "w.duckdb"
+    wh.touch()  # the creator has opened it and written nothing yet
+    tries = []
+    real_connect = duckdb.connect
+
+    def counting(*args, **kwargs):
+        tries.append(args[0])
+        return real_connect(*args, **kwargs)
+
+    def creator_finishes():
+        wait_until(lambda: len(tries) >= 2, "the writer to find the headerless file twice", timeout=30)
+        made.replace(wh)
+
+    finisher = threading.Thread(target=creator_finishes)
+    with mock.patch.object(duckdb, "connect", counting):
+        finisher.start()
+        written = Warehouse(wh, lock_wait_s=60).write(diagnosis)
+        finisher.join()
+    assert written and len(tries) >= 3
+    assert Warehouse(wh).query("SELECT count(*) FROM diagnoses")[1] == [(1,)]
+
+    stale = tmp_path / "stale.duckdb"
+    stale.touch()
+    with pytest.raises(WarehouseLocked, match="being created"):
+        Warehouse(stale, lock_wait_s=0.5).write(diagnosis)
+    garbage = tmp_path / "garbage.duckdb"
+    garbage.write_bytes(b"not a database\n" * 2000)
+    started = time.monotonic()
+    with pytest.raises(Exception, match="not a (valid )?DuckDB"):
+        Warehouse(garbage, lock_wait_s=30).write(diagnosis)
+    assert time.monotonic() - started < 10
+
+
 def test_which_lake_errors_a_writer_retries():
     """A lake write or maintenance step that lost a race is retried (the catalog's own serialization
     failure included, as DuckLake words it); anything else fails at once, never retried blindly."""
@@ -107,3 +184,15 @@ def test_which_lake_errors_a_writer_retries():
     assert all(_conflict(e) for e in raced)
     failed = (duckdb.IOException("IO Error: No space left on device"), duckdb.CatalogException("no table x"))
     assert not any(_conflict(e) for e in failed)
+
+
+def test_a_maintenance_step_runs_again_when_the_object_store_was_busy():
+    """A lake's maintenance step that an S3 server failed with a server error (500 InternalError,
+    503 SlowDown: S3 asks the client to retry) is run again; a refusal (403, 404) is not."""
+    from workload_attribution.warehouse.conflicts import is_store_busy
+
+    put = "for HTTP PUT to 'http://127.0.0.1:8333/lake/main/diagnoses/ducklake-01.parquet'"
+    assert is_store_busy(duckdb.HTTPException(f"HTTP Error: Request returned HTTP 500 {put}"))
+    assert is_store_busy(duckdb.HTTPException(f"HTTP Error: Request returned HTTP 503 {put}"))
+    assert not is_store_busy(duckdb.HTTPException(f"HTTP Error: Request returned HTTP 403 {put}"))
+    assert not is_store_busy(duckdb.IOException("IO Error: No space left on device"))
