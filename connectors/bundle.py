@@ -104,7 +104,8 @@ def _dir_problem(bundle: Path, rel_dir: str) -> str | None:
 def load_scope(bundle: Path) -> AttemptScope:
     """The bundle's attempt.yaml as a scope, or BundleError naming the file, and the field at fault."""
     spec = _scope_file(Path(bundle))
-    return _checked_scope(spec, _yaml_mapping(spec))
+    text, doc = _yaml_mapping(spec)
+    return _checked_scope(spec, doc, text)
 
 
 def _scope_file(bundle: Path) -> Path:
@@ -121,7 +122,7 @@ def _scope_file(bundle: Path) -> Path:
     return spec
 
 
-def _yaml_mapping(spec: Path) -> dict[str, Any]:
+def _yaml_mapping(spec: Path) -> tuple[str, dict[str, Any]]:
     try:
         text = read_regular(spec, MAX_SCOPE_BYTES).decode("utf-8")
     except OSError as exc:
@@ -138,16 +139,38 @@ def _yaml_mapping(spec: Path) -> dict[str, Any]:
         ) from None
     if not isinstance(doc, dict):
         raise BundleError(f"{spec}: expected a mapping of fields, got {type(doc).__name__}")
-    return doc
+    return text, doc
 
 
-def _checked_scope(spec: Path, doc: dict[str, Any]) -> AttemptScope:
+# YAML 1.1 (PyYAML) reads digits joined by colons, the first not 0, as one base-60 number:
+# `exit_code: 1:0` is 60 (`0:0` stays text)
+BASE_60 = re.compile(r"^exit_code:[ \t]*([-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+)[ \t]*(?:#.*)?$", re.M)
+# a model-level check's message names its fields (pydantic gives such an error no location)
+_MODEL_FIELDS = {"is before start": "start/end", "nodes contains duplicates": "nodes"}
+
+
+def _checked_exit_code(spec: Path, text: str, doc: dict[str, Any]) -> None:
+    sexagesimal = BASE_60.search(text)
+    if sexagesimal:
+        raw = sexagesimal.group(1)
+        raise BundleError(
+            f"{spec}: field 'exit_code': {raw} is read by YAML 1.1 as the base-60 number {doc.get('exit_code')!r}: "
+            f'quote it (exit_code: "{raw}")'
+        )
+    value = doc.get("exit_code")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int))):
+        raise BundleError(f"{spec}: field 'exit_code': {value!r} is a {type(value).__name__}: a string or an integer")
+
+
+def _checked_scope(spec: Path, doc: dict[str, Any], text: str = "") -> AttemptScope:
+    _checked_exit_code(spec, text, doc)
     try:
         scope = AttemptScope.model_validate(doc)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "attempt"
-        raise BundleError(f"{spec}: field '{loc}': {err['msg']}") from None
+        loc = ".".join(str(p) for p in err["loc"])
+        loc = loc or next((f for words, f in _MODEL_FIELDS.items() if words in err["msg"]), "attempt")
+        raise BundleError(f"{spec}: field '{loc}': {err['msg'].removeprefix('Value error, ')}") from None
     known = schedulers()
     if scope.scheduler not in known:
         raise BundleError(f"{spec}: field 'scheduler': {scope.scheduler!r} is not a scheduler ({', '.join(known)})")

@@ -320,6 +320,17 @@ def discover(src: KueueSource, cluster: str, since: datetime, until: datetime) -
     ]
 
 
+class WorkloadCondition(BaseModel):
+    """One of a Workload's status.conditions, as Kubernetes writes it (other keys kept as they are)."""
+
+    model_config = ConfigDict(extra="allow", str_max_length=4096)
+    type: str = Field(max_length=316)
+    status: str = Field(max_length=16)
+    reason: str | None = None
+    message: str | None = None
+    lastTransitionTime: str | None = Field(None, max_length=64)  # Kubernetes spells it so
+
+
 class KubernetesWorkloadEvent(BaseModel):
     """A Kueue Workload whose Finished or Evicted condition changed (deployments/kubernetes/forwarder.py)."""
 
@@ -330,7 +341,8 @@ class KubernetesWorkloadEvent(BaseModel):
     name: str = Field(pattern=f"^{K8S_NAME.pattern}$")
     uid: str | None = Field(None, pattern=r"^[0-9a-fA-F-]{1,64}$")
     attempt: int = Field(0, ge=0, le=100000, description="status.requeueState.count")
-    conditions: list[dict[str, Any]] = Field(max_length=64, description="the Workload's status.conditions")
+    # typed: a condition whose type is not a string was a 500 (found by tests/unit/test_fuzz_service.py)
+    conditions: list[WorkloadCondition] = Field(max_length=64, description="the Workload's status.conditions")
     diagnose: bool = False
 
 
@@ -339,7 +351,7 @@ def read_notice(event: KubernetesWorkloadEvent) -> Notice:
     attempt = AttemptId(cluster=event.cluster, scheduler="kueue", job_id=workload, attempt=event.attempt)
     return Notice(
         Target.completed(attempt),
-        ended_badly(event.conditions) is not None,
+        ended_badly([c.model_dump(exclude_none=True) for c in event.conditions]) is not None,
         "workload did not end in failure or eviction",
         asked=event.diagnose,
     )

@@ -2,11 +2,15 @@
 
 Interfaces map the kind to an answer (CLI exit code, HTTP status) in one place each:
 
-    BadInput        the user's input or configuration is wrong      CLI 2, HTTP 422
-    SourceError     a source of evidence failed (transient: retry)  coverage record; scoping: CLI 2
-    NotStored       a diagnosis was computed but not written         CLI 3
-    ActionError     an action sink failed (transient: retry)         the action's recorded outcome
-    anything else   a bug                                            CLI 1, HTTP 500
+    BadInput             the user's input or configuration is wrong        CLI 2, HTTP 422
+    SourceError          a source of evidence failed                       coverage record; scoping: CLI 2
+    TransientSourceError ... in a way worth retrying (down, slow, 5xx)     coverage record; scoping: CLI 5
+    Unreachable          a dependency did not answer (Prefect, a service)  CLI 5
+    NotStored            a diagnosis was computed but not written          CLI 3
+    ActionError          an action sink failed (transient: retry)          the action's recorded outcome
+    anything else        a bug                                             CLI 1, HTTP 500
+
+(CLI 4, checks that ran and failed, is an answer, not an error: each command returns it.)
 """
 
 from __future__ import annotations
@@ -45,6 +49,11 @@ class TransientSourceError(SourceError):
     """A source failed in a way worth retrying."""
 
     transient = True
+
+
+class Unreachable(AttributionError):
+    """A dependency (the Prefect server, a remote `attribution serve`, a scheduler's API) did not
+    answer: nothing is wrong with the input, and the same command may work once it is back."""
 
 
 class NotStored(AttributionError):

@@ -53,7 +53,23 @@ class ServiceConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
     deployment: str = Field("attribute-attempt/attempt", description="Prefect deployment each trigger starts")
-    token_env: str = Field("ATTRIBUTION_API_TOKEN", description="env var: bearer token for /v1/attempts and reads")
+    token_env: str = Field(
+        "ATTRIBUTION_API_TOKEN", description="env var: one bearer token with every scope (admin), kept as it was"
+    )
+    tokens_env: str = Field(
+        "ATTRIBUTION_API_TOKENS",
+        description="env var: hashed tokens with their scopes, one 'NAME SCOPES HASH' per line or ';' "
+        "(attribution token create prints one)",
+    )
+    tokens_file: str | None = Field(
+        None, description="a file of the same lines, read again when it changes (rotation without a restart)"
+    )
+    session_ttl_s: float = Field(
+        12 * 3600.0, gt=0, le=30 * 86400, description="a dashboard session ends this long after sign-in"
+    )
+    sessions_file: str | None = Field(
+        None, description="where sessions live (default $XDG_STATE_HOME/workload-attribution/sessions.sqlite3)"
+    )
     webhook_secret_env: str = Field(
         "ATTRIBUTION_WEBHOOK_SECRET", description="env var: HMAC-SHA256 key of the webhooks"
     )
@@ -210,6 +226,9 @@ def load_config(path: str | None = None, **overrides: Any) -> Config:
         if not Path(path).is_file():
             raise ConfigError([f"config file {path} does not exist"])
         os.environ["ATTRIBUTION_CONFIG"] = str(Path(path).resolve())
+    elif os.environ.get("ATTRIBUTION_CONFIG") and not Path(os.environ["ATTRIBUTION_CONFIG"]).is_file():
+        # named, so meant: a file that is not there is an error, as with --config (not the defaults)
+        raise ConfigError([f"config file {os.environ['ATTRIBUTION_CONFIG']} (ATTRIBUTION_CONFIG) does not exist"])
     try:
         return Config(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:

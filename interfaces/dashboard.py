@@ -5,7 +5,8 @@
     /ui/diagnoses/{id}    one diagnosis: the symptoms on a timeline per host (root first, cascades
                           after), the root's evidence lines, the history of its blamed hosts and
                           ports (and the escalation), what would settle it, the coverage
-    /ui/login             exchange the API token for a session cookie (when a token is configured)
+    /ui/login             sign in with a token of the read scope: a session (the cookie holds its id)
+    /ui/logout            end the session
 
 Every value is HTML-escaped; every query binds its parameters.
 """
@@ -512,9 +513,21 @@ def diagnosis_page(doc: dict[str, Any], ports: list[str] | None = None) -> str:
 
 
 def login_page(failed: bool = False) -> str:
-    msg = "<p style='color:#d62728'>wrong token</p>" if failed else ""
+    msg = "<p style='color:#d62728'>not a token with the read scope</p>" if failed else ""
     return page(
         "Sign in",
         f"<h1>Sign in</h1>{msg}<form method=post action='/ui/login'>"
-        "<label>API token <input type=password name=token autofocus></label> <button>sign in</button></form>",
+        "<label>API token (read scope) <input type=password name=token autofocus></label> "
+        "<button>sign in</button></form>",
     )
+
+
+SIGN_OUT = (
+    "<form method=post action='/ui/logout' style='display:inline;float:right;margin:0'>"
+    "<button style='background:none;border:1px solid #fff;color:#fff;cursor:pointer'>sign out</button></form>"
+)
+
+
+def with_sign_out(html: str) -> str:
+    """A page seen through a session, with the button that ends it in the header."""
+    return html.replace("</header>", SIGN_OUT + "</header>", 1)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import zstandard
 
@@ -24,8 +25,16 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 COMPRESSED_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 # Decompression is streamed: compressed input is read this much at a time ...
 READ_CHUNK = 1 << 16
-# ... and a gzip step produces at most this much (a zstd step what READ_CHUNK of input holds).
+# ... and a gzip step produces at most this much (a zstd step what ZSTD_STEP of input holds).
 GZIP_CHUNK = 1 << 20
+# A compressed member is decompressed up to this many bytes and lines, whichever comes first: a
+# bomb (a few KB that expand to GiBs of short lines) stops there and its coverage says so. A day of
+# a busy host's syslog is well under both; what is cut is the newest part of the file.
+DECOMPRESSED_MAX_BYTES = 256 << 20
+DECOMPRESSED_MAX_LINES = 4_000_000
+# A zstd step decodes all its input at once: a KiB of a bomb (at most ~32,000:1, runs of one byte)
+# is 32 MiB, 64 KiB would be 2 GiB
+ZSTD_STEP = 1 << 10
 # Text files are read in pieces of whole lines of about this many bytes, each handed to DuckDB on
 # its own: memory stays flat whatever the size of a file or of one of its lines.
 PIECE_BYTES = 8 << 20
@@ -199,6 +208,47 @@ class PlainText:
     problem: str | None = None
 
 
+class OverBudget(Exception):
+    """A compressed file decompressed to more than its budget: what came before it is kept."""
+
+
+class BoundedWriter:
+    """Writes to `dst` until DECOMPRESSED_MAX_BYTES or _LINES; then writes the whole lines that fit
+    and raises OverBudget."""
+
+    def __init__(self, dst: Any) -> None:
+        self.dst, self.bytes_left, self.lines_left = dst, DECOMPRESSED_MAX_BYTES, DECOMPRESSED_MAX_LINES
+
+    def write(self, data: bytes) -> None:
+        lines = data.count(b"\n")
+        if len(data) <= self.bytes_left and lines <= self.lines_left:
+            self.dst.write(data)
+            self.bytes_left, self.lines_left = self.bytes_left - len(data), self.lines_left - lines
+            return
+        end = _end_of_lines(data, min(len(data), self.bytes_left), self.lines_left)
+        if end == self.bytes_left:  # the byte budget ends inside a line: keep the lines before it
+            end = data.rfind(b"\n", 0, end) + 1 or end
+        self.dst.write(memoryview(data)[:end])
+        raise OverBudget(
+            f"decompressed past its budget ({DECOMPRESSED_MAX_BYTES:,} bytes or {DECOMPRESSED_MAX_LINES:,} lines): "
+            "the rest not read"
+        )
+
+
+def _end_of_lines(data: bytes, end: int, lines: int) -> int:
+    """Where `data[:end]` ends at the latest after its first `lines` lines (without copying it)."""
+    at, step = 0, 1 << 16
+    while at < end:
+        block = min(step, end - at)
+        found = data.count(b"\n", at, at + block)
+        if found >= lines:  # the last line allowed ends in this block
+            for _ in range(lines):
+                at = data.index(b"\n", at) + 1
+            return at
+        at, lines = at + block, lines - found
+    return end
+
+
 def _gunzip(src: Path, dst) -> None:
     """Member by member (`cat a.gz b.gz > c.gz` is valid gzip), each step producing at most
     GZIP_CHUNK bytes; zlib keeps what it decoded before a fault (the gzip module drops it)."""
@@ -226,7 +276,7 @@ def _unzstd(src: Path, dst) -> None:
     dctx = zstandard.ZstdDecompressor()
     obj, fed = dctx.decompressobj(), False
     with open(src, "rb") as f:
-        while chunk := f.read(READ_CHUNK):
+        while chunk := f.read(ZSTD_STEP):
             while chunk:
                 dst.write(obj.decompress(chunk))
                 fed = True
@@ -255,7 +305,9 @@ def plain_text(path: Path) -> Iterator[PlainText]:
     try:
         with os.fdopen(fd, "wb") as dst:
             try:
-                (_gunzip if kind == "gzip" else _unzstd)(path, dst)
+                (_gunzip if kind == "gzip" else _unzstd)(path, BoundedWriter(dst))
+            except OverBudget as exc:
+                problem = f"{kind} archive {exc}"
             except (OSError, EOFError, zlib.error, zstandard.ZstdError) as exc:
                 reason = (str(exc).splitlines() or [type(exc).__name__])[0]
                 problem = f"corrupt {kind} archive, read up to byte {dst.tell():,} of its content: {reason}"

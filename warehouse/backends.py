@@ -111,7 +111,10 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
         try:
             return duckdb.connect(str(path), read_only=read_only)
         except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower() and not _being_created(path, exc):
+            being_created = _being_created(path, exc)
+            if "not a valid DuckDB database" in str(exc) and not being_created:  # names something else: say which
+                raise WarehouseConfigError(f"{path}: not a DuckDB database file (the warehouse must be one)") from None
+            if "lock" not in str(exc).lower() and not being_created:
                 raise
             if time.monotonic() >= deadline:
                 raise WarehouseLocked(
@@ -131,9 +134,15 @@ def _being_created(path: Path, exc: duckdb.IOException) -> bool:
     headers yet, which DuckDB reports as "not a valid DuckDB database" (seen when several workers
     start on one new warehouse at once). Waited for like a lock."""
     try:
-        return "not a valid DuckDB database" in str(exc) and path.stat().st_size < _HEADERS_BYTES
+        if "not a valid DuckDB database" not in str(exc) or path.stat().st_size >= _HEADERS_BYTES:
+            return False
+        with path.open("rb") as f:
+            start = f.read(12)
     except OSError:
         return True  # gone again: the creator failed; the next try creates it
+    # what a creator leaves before its headers are in: nothing, zeros, or the start of a header
+    # (an 8-byte checksum, then the magic); text or any other file is not a warehouse being made
+    return not start.strip(b"\0") or len(start) <= 8 or start[8:12] == b"DUCK"[: len(start) - 8]
 
 
 def open_lake(lake: Lake, read_only: bool) -> duckdb.DuckDBPyConnection:

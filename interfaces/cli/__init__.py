@@ -1,11 +1,13 @@
 """`attribution`: diagnose attempts, manage the rules pack, query the warehouse, run production.
 
-Exit codes (every command, every mode):
+Exit codes (every command, every mode; common.EXIT_CODES, shown by every --help):
     0  done (diagnosed, valid, answered)
-    1  a bug, a failing rule test, an eval miss, a backfill attempt that could not be diagnosed, or an
-       action undo that failed
+    1  a bug
     2  bad input or configuration: one line on stderr naming what and where
     3  a diagnosis was computed but not stored (it is still printed)
+    4  checks ran and failed: a rule test, eval under --min-exact, config check's endpoints, a backfill attempt,
+       an action undo that failed
+    5  a dependency did not answer: the Prefect server, a scheduler, a remote service
 Each command lives in its own module beside its parser (`add(subparsers)`).
 """
 
@@ -20,7 +22,14 @@ import traceback
 from typing import Any
 
 from workload_attribution.cli import common
-from workload_attribution.cli.common import EXIT_BAD_INPUT, EXIT_BUG, EXIT_NOT_STORED, EXIT_OK
+from workload_attribution.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_BUG,
+    EXIT_CHECKS_FAILED,
+    EXIT_NOT_STORED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+)
 
 COMMANDS = (
     "diagnose",
@@ -35,9 +44,19 @@ COMMANDS = (
     "serve",
     "deploy",
     "worker",
+    "token",
 )
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_BUG", "EXIT_NOT_STORED", "EXIT_OK", "build_parser", "main"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_BUG",
+    "EXIT_CHECKS_FAILED",
+    "EXIT_NOT_STORED",
+    "EXIT_OK",
+    "EXIT_UNREACHABLE",
+    "build_parser",
+    "main",
+]
 
 
 class _Version(argparse.Action):
@@ -67,8 +86,7 @@ def build_parser(commands: tuple[str, ...] = COMMANDS) -> argparse.ArgumentParse
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Why did this GPU training attempt die, and whom should we isolate? Scopes an attempt, "
         "collects its evidence, runs versioned rules and writes a diagnosis.",
-        epilog="exit codes: 0 done; 2 bad input or configuration (one line on stderr); 3 diagnosis computed but "
-        "not stored (still printed); 1 a bug, a failing rule test, an eval miss or a failed backfill attempt.",
+        epilog=common.EXIT_CODES,
     )
     p.add_argument("--version", action=_Version, nargs=0, help="print the version and the rules pack's version")
     common.add_global_flags(p)

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from workload_attribution.cli import common
-from workload_attribution.cli.common import EXIT_BUG, EXIT_OK, BadInput
+from workload_attribution.cli.common import EXIT_CHECKS_FAILED, EXIT_OK, BadInput
 
 DESCRIPTION = """\
 list [DIAGNOSIS_ID]: the recorded decisions, oldest first (every one: done, dry_run, skipped and
@@ -22,7 +22,7 @@ remove the taint (and uncordon), resolve the alert, withdraw the event. Each rev
 A dry run's actions are reversed as a dry run; --dry-run shows the reversals without doing them.
 
 Exit codes: 0 done (nothing in force is done too); 2 bad input (an unknown diagnosis, a cluster
-without an actions block); 1 a reversal that failed (its record says why)."""
+without an actions block); 4 a reversal that failed (its record says why)."""
 
 COLUMNS = ("decided_at", "cluster", "node", "sink", "operation", "outcome", "dry_run", "diagnosis_id", "reason")
 
@@ -95,4 +95,4 @@ def run_undo(args: argparse.Namespace) -> int:
     for r in records:
         what = "would " + r.operation if args.dry_run else f"{r.operation}: {r.outcome.value}"
         print(f"{r.sink} {what} {r.node or '-'}" + (f" ({r.reason})" if r.reason and not args.dry_run else ""))
-    return EXIT_BUG if any(r.outcome == Outcome.failed for r in records) else EXIT_OK
+    return EXIT_CHECKS_FAILED if any(r.outcome == Outcome.failed for r in records) else EXIT_OK

@@ -7,20 +7,44 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from workload_attribution.contracts.errors import BadInput, NotStored, SourceError, first_line
+from workload_attribution.contracts.errors import (
+    BadInput,
+    NotStored,
+    SourceError,
+    TransientSourceError,
+    Unreachable,
+    first_line,
+)
 
 if TYPE_CHECKING:  # the configuration is imported when a command reads it, not for --version
     from workload_attribution.flows.config import Config
 
-EXIT_OK, EXIT_BUG, EXIT_BAD_INPUT, EXIT_NOT_STORED, EXIT_OVER_THRESHOLD = 0, 1, 2, 3, 4
+# The one exit-code contract of every command (README's table, `attribution --help`):
+EXIT_OK = 0  # done: diagnosed (whatever the verdict), valid, answered
+EXIT_BUG = 1  # a bug: `internal error: ...` (--debug shows the traceback)
+EXIT_BAD_INPUT = 2  # bad input or configuration: one line naming what and where
+EXIT_NOT_STORED = 3  # diagnosed and printed, but not stored
+EXIT_CHECKS_FAILED = 4  # checks ran and some failed: rule tests, eval under its threshold, config check, backfill
+EXIT_UNREACHABLE = 5  # a dependency did not answer: Prefect, a scheduler, a remote service
+EXIT_CODES = """exit codes (every command):
+  0  done: diagnosed (whatever the verdict), valid, answered
+  1  a bug: "internal error" on stderr (--debug shows the traceback)
+  2  bad input or configuration: one line on stderr naming what and where
+  3  diagnosed and printed, but not stored (warehouse locked, disk full)
+  4  checks ran and failed: a rule test, eval under --min-exact, an endpoint in config check,
+     a backfill attempt not diagnosed, an action undo that failed, rules impact
+     past --max-changed
+  5  a dependency did not answer: the Prefect server, a scheduler, a remote service"""
 
 __all__ = [
     "BadInput",
     "EXIT_BAD_INPUT",
     "EXIT_BUG",
+    "EXIT_CHECKS_FAILED",
+    "EXIT_CODES",
     "EXIT_NOT_STORED",
     "EXIT_OK",
-    "EXIT_OVER_THRESHOLD",
+    "EXIT_UNREACHABLE",
     "Exit",
     "first_line",
 ]
@@ -35,8 +59,12 @@ class Exit(Exception):
 
 def exit_code(exc: BaseException) -> int:
     """The one mapping from an error to the exit code."""
+    import httpx
+
     if isinstance(exc, NotStored):
         return EXIT_NOT_STORED
+    if isinstance(exc, (Unreachable, TransientSourceError, httpx.TransportError)):
+        return EXIT_UNREACHABLE
     if isinstance(exc, (BadInput, SourceError)):  # a source that cannot scope the attempt: the setup's fault
         return EXIT_BAD_INPUT
     return EXIT_BUG
@@ -63,7 +91,9 @@ def add_global_flags(parser: argparse.ArgumentParser, top: bool = True) -> None:
 
 
 def command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A command's parser; its --help ends with the exit codes."""
     kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+    kwargs.setdefault("epilog", EXIT_CODES)
     p = sub.add_parser(name, **kwargs)
     add_global_flags(p, top=False)
     return p

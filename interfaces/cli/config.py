@@ -9,7 +9,7 @@ import shutil
 from typing import Any
 
 from workload_attribution.cli import common
-from workload_attribution.cli.common import EXIT_BAD_INPUT, EXIT_BUG, EXIT_OK
+from workload_attribution.cli.common import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK
 
 
 def add(sub: Any) -> None:
@@ -19,7 +19,7 @@ def add(sub: Any) -> None:
         help="check the configuration",
         description=(
             "Validate the YAML configuration and the ATTRIBUTION_* environment (every problem, with its dotted key, "
-            "its value and the reason; exit 2 when any) and try every endpoint and path it names (exit 1 when one "
+            "its value and the reason; exit 2 when any) and try every endpoint and path it names (exit 4 when one "
             "does not answer)."
         ),
     )
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             ok, detail = _try(*probe)
             failures += not ok
             print(f"  {'ok  ' if ok else 'FAIL'} {label}: {detail}")
-    return EXIT_OK if not failures else EXIT_BUG
+    return EXIT_OK if not failures else EXIT_CHECKS_FAILED
 
 
 def _try(kind: str, target: str, headers: dict[str, str]) -> tuple[bool, str]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from workload_attribution.cli import common
 from workload_attribution.cli.common import EXIT_OK, BadInput
+from workload_attribution.contracts.errors import Unreachable
 
 
 def add(sub: Any) -> None:
@@ -32,9 +33,25 @@ def add(sub: Any) -> None:
     dp.set_defaults(func=run)
 
 
-def need_prefect_server() -> None:
-    if not os.environ.get("PREFECT_API_URL"):
+def need_prefect_server(answering: bool = False) -> None:
+    """PREFECT_API_URL is set (BadInput); with `answering`, the server there answers (Unreachable:
+    exit 5, in one line, instead of the Prefect client's error from deep inside a run)."""
+    url = os.environ.get("PREFECT_API_URL")
+    if not url:
         raise BadInput("set PREFECT_API_URL to the Prefect server (e.g. http://127.0.0.1:4200/api)")
+    if answering:
+        prefect_answers(url)
+
+
+def prefect_answers(url: str, timeout_s: float = 10.0) -> None:
+    import httpx
+
+    try:
+        httpx.get(url.rstrip("/") + "/health", timeout=timeout_s).raise_for_status()
+    except httpx.HTTPStatusError as exc:
+        raise Unreachable(f"the Prefect server at {url} answered {exc.response.status_code} to /health") from None
+    except httpx.HTTPError as exc:
+        raise Unreachable(f"the Prefect server at {url} does not answer ({type(exc).__name__}: {exc})") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.print_yaml:
         print(deployments.render_yaml(args.pool), end="")
         return EXIT_OK
-    need_prefect_server()
+    need_prefect_server(answering=True)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     if args.zombie_after < 5:
         raise BadInput("--zombie-after: 5 seconds or more")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from workload_attribution.cli import common
-from workload_attribution.cli.common import EXIT_BAD_INPUT, EXIT_NOT_STORED, EXIT_OK, BadInput
+from workload_attribution.cli.common import EXIT_NOT_STORED, EXIT_OK, BadInput
 
 DESCRIPTION = """\
 Diagnose attempts: bundle directories, a job on a configured cluster (--job), or an explicit
@@ -23,8 +23,8 @@ How it runs: in this process, without Prefect, unless PREFECT_API_URL names a Pr
 forces a Prefect flow run (an embedded server when no PREFECT_API_URL is set; slower to start),
 --inline forbids one.
 
-Exit codes: 0 diagnosed; 2 bad input or configuration (one line on stderr); 3 diagnosis computed
-but not stored (still printed); 1 a bug."""
+Several attempts: each is diagnosed whatever happened to the others, and the exit code is the
+highest any of them had (below)."""
 
 
 def add(sub: Any) -> None:
@@ -239,10 +239,11 @@ def _diagnose_one(
         if d is None:
             return status
     except Exception as exc:
-        if common.exit_code(exc) == common.EXIT_BUG:
+        code = common.exit_code(exc)  # 2 bad input, 5 a dependency down; a bug goes up
+        if code == common.EXIT_BUG:
             raise
         common.say(f"{label}: {common.first_line(exc)}" if batch else common.first_line(exc))
-        return EXIT_BAD_INPUT
+        return code
     if args.out:
         name = Path(target.bundle).resolve().name if target.bundle else d.attempt.job_id.replace("/", "_")
         (Path(args.out) / f"{name}.json").write_text(d.to_json())
@@ -299,6 +300,10 @@ def prefect_env() -> None:
 
 
 def _prefect_runner(args: argparse.Namespace, cfg: Any) -> Callable[[Any], Any]:
+    from workload_attribution.cli.deploy import prefect_answers
+
+    if os.environ.get("PREFECT_API_URL"):
+        prefect_answers(os.environ["PREFECT_API_URL"])
     prefect_env()
     # the flow reads this process's configuration: the flags travel as the environment it reads
     os.environ["ATTRIBUTION_WAREHOUSE"] = cfg.warehouse or ""

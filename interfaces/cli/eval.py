@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from workload_attribution.cli import common
-from workload_attribution.cli.common import EXIT_BUG, EXIT_OK, BadInput
+from workload_attribution.cli.common import EXIT_CHECKS_FAILED, EXIT_OK, BadInput
 
 
 def add(sub: Any) -> None:
@@ -19,13 +19,20 @@ def add(sub: Any) -> None:
         description=(
             "Diagnose every bundle under DIR that has an expected.json (in this process, nothing stored) and print a "
             "per-class table: exact match of terminal_state + sub_domain + affected_nodes (against the label or one of "
-            "its also_acceptable), each field, healthy nodes blamed; then every miss. Exit 0 when every bundle "
-            "matches, 1 otherwise."
+            "its also_acceptable), each field, healthy nodes blamed; then every miss. Exit 0 when the share of "
+            "exact matches is at least --min-exact (default 1: every bundle), 4 otherwise."
         ),
     )
     e.add_argument("dir", metavar="DIR")
     e.add_argument("--rules-dir", metavar="DIR", help="rules pack directory (default: config, else the shipped pack)")
     e.add_argument("--json", action="store_true", help="one JSON record per bundle")
+    e.add_argument(
+        "--min-exact",
+        type=float,
+        default=1.0,
+        metavar="SHARE",
+        help="the share of bundles that must match exactly, 0 to 1 (default 1: all); under it: exit 4",
+    )
     e.set_defaults(func=run)
 
 
@@ -33,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from workload_attribution.flows.evaluation import evaluate, find_bundles
     from workload_attribution.flows.pipeline import load_rules
 
+    if not 0 <= args.min_exact <= 1:
+        raise BadInput(f"--min-exact {args.min_exact:g}: a share, 0 to 1 (0.95: 95 in 100 bundles)")
     if not Path(args.dir).is_dir():
         raise BadInput(f"{args.dir}: no such directory")
     if not find_bundles(Path(args.dir)):
@@ -58,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
                 indent=2,
             )
         )
-        return EXIT_OK if not report.misses() else EXIT_BUG
+        return _verdict(report, args.min_exact)
     print(report.table())
     misses = report.misses()
     if misses:
@@ -74,4 +83,14 @@ def run(args: argparse.Namespace) -> int:
             )
     n = len(report.outcomes)
     print(f"\n{n} bundle(s) in {report.seconds:.1f} s ({report.seconds / n:.2f} s each), rules {pack.version}")
-    return EXIT_OK if not misses else EXIT_BUG
+    return _verdict(report, args.min_exact)
+
+
+def _verdict(report: Any, min_exact: float) -> int:
+    """0 when the exact share reaches the threshold, else 4 (said on stderr)."""
+    n = len(report.outcomes)
+    exact = n - len(report.misses())
+    if exact >= min_exact * n:
+        return EXIT_OK
+    common.say(f"{exact}/{n} exact ({exact / n:.1%}): under --min-exact {min_exact:g}")
+    return EXIT_CHECKS_FAILED

@@ -8,7 +8,7 @@ import argparse
 from typing import Any
 
 from workload_attribution.cli import common
-from workload_attribution.cli.common import EXIT_OK, EXIT_OVER_THRESHOLD, BadInput
+from workload_attribution.cli.common import EXIT_CHECKS_FAILED, EXIT_OK, BadInput
 
 IMPACT_OPTIONS = (
     "candidate",
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         print(report.model_dump_json(indent=2))
     else:
         print(markdown(report) if args.markdown else text(report))
-    return EXIT_OVER_THRESHOLD if over_threshold(report, args) else EXIT_OK
+    return EXIT_CHECKS_FAILED if over_threshold(report, args) else EXIT_OK
 
 
 # what a replay cannot see: lines holding a literal only the candidate looks for were never archived

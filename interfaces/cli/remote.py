@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
             if common.exit_code(exc) == common.EXIT_BUG:
                 raise
             common.say(f"{bundle}: {common.first_line(exc)}")
-            status = common.EXIT_BAD_INPUT
+            status = max(status, common.exit_code(exc))  # the service unreachable: 5; the bundle refused: 2
             continue
         if args.out:
             Path(args.out).mkdir(parents=True, exist_ok=True)

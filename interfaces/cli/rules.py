@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from workload_attribution.cli import common, impact
-from workload_attribution.cli.common import EXIT_BAD_INPUT, EXIT_BUG, EXIT_OK, BadInput
+from workload_attribution.cli.common import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, BadInput
 
 
 def add(sub: Any) -> None:
@@ -19,7 +19,7 @@ def add(sub: Any) -> None:
             "The rules pack `diagnose` uses (--rules-dir > $ATTRIBUTION_RULES_DIR > config rules_dir > the shipped "
             "pack). validate: every file, every problem, one line each (exit 2 when any); list: the rules by phase "
             "and the precedence of verdicts; test: the test cases beside each rule and each catalog row's test line "
-            "(exit 1 when any fails); catalog: the message catalogs' rows (--family F); graph: which rule produces "
+            "(exit 4 when any fails); catalog: the message catalogs' rows (--family F); graph: which rule produces "
             "each symptom and which rules read it; coverage: catalog rows and verdict paths no test reaches; impact: "
             "replay the archived attempts under this pack and --candidate DIR, and say what would change (exit 4 "
             "past --max-changed or --max-changed-percent)."
@@ -171,4 +171,4 @@ def _test(pack: Any, rules_dir: Any, rule: str | None, verbose: bool) -> int:
         if not c.ok or verbose:
             print(f"{'PASS' if c.ok else 'FAIL'} {c.rule} :: {c.case}" + (f"\n     {c.message}" if c.message else ""))
     print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
-    return EXIT_OK if not failed else EXIT_BUG
+    return EXIT_OK if not failed else EXIT_CHECKS_FAILED

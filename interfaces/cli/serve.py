@@ -18,8 +18,9 @@ def add(sub: Any) -> None:
         "serve",
         help="run the HTTP service (webhooks, /v1/attempts, /v1/diagnoses, /ui, /metrics)",
         description="Serve the HTTP API (OpenAPI at /docs and /openapi.json). Triggers need "
-        "PREFECT_API_URL and the secrets named by service.token_env / "
-        "service.webhook_secret_env; --dashboard-only serves the reads and /ui alone. Logs go to "
+        "PREFECT_API_URL, API tokens (service.tokens_file, the variable named by service.tokens_env, or the "
+        "single admin token of service.token_env; `attribution token create` makes one) and the webhook secret "
+        "named by service.webhook_secret_env; --dashboard-only serves the reads and /ui alone. Logs go to "
         "stderr: where it listens, one access line per request, refusals and warnings. A request "
         "head must arrive within service.header_timeout_s, a body must not stall for "
         "service.body_timeout_s.",
@@ -60,8 +61,12 @@ def _connections_wanted(args: argparse.Namespace, svc: Any) -> int:
         raise BadInput("--max-connections: 1 to 1000000")
     if not args.dashboard_only:
         need_prefect_server()
-    needed = [svc.token_env] + ([] if args.dashboard_only else [svc.webhook_secret_env])
-    missing = [name for name in needed if not os.environ.get(name)]
+    from workload_attribution.service.credentials import Credentials
+
+    tokens = Credentials.from_environment(svc.token_env, svc.tokens_env, svc.tokens_file)  # a broken one: exit 2
+    missing = [] if tokens.configured else [f"{svc.token_env} (or {svc.tokens_env}, or service.tokens_file)"]
+    if not args.dashboard_only and not os.environ.get(svc.webhook_secret_env):
+        missing.append(svc.webhook_secret_env)
     if missing and not args.insecure_no_auth:
         raise BadInput(f"set {' and '.join(missing)} (or pass --insecure-no-auth on a trusted network)")
     return int(wanted)

@@ -1,10 +1,12 @@
 """The application: the routers of the service, what they share, and its life (the outbox drainer).
 
-triggers.py  POST /v1/webhooks/slurm, /v1/webhooks/kubernetes (HMAC), /v1/attempts (bearer)
-diagnose.py  POST /v1/diagnose (bearer): an attempt's evidence in, its diagnosis out
-reads.py     GET /v1/diagnoses, /v1/diagnoses/{id} (bearer)
-ui.py        /ui (token or session cookie)
+triggers.py  POST /v1/webhooks/slurm, /v1/webhooks/kubernetes (HMAC or trigger), /v1/attempts (trigger)
+diagnose.py  POST /v1/diagnose (read): an attempt's evidence in, its diagnosis out
+reads.py     GET /v1/diagnoses, /v1/diagnoses/{id} (read)
+ui.py        /ui (read: a session opened at /ui/login, or a bearer token)
+admin.py     GET /v1/tokens, GET and DELETE /v1/sessions (admin)
 here         GET /healthz, GET /metrics (open)
+Scopes and tokens: auth.py and credentials.py.
 """
 
 from __future__ import annotations
@@ -14,18 +16,21 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from workload_attribution import version
 from workload_attribution.flows.config import Config
 from workload_attribution.service.auth import AuthError
+from workload_attribution.service.credentials import Credentials
 from workload_attribution.service.intake import Entry, Outbox, Trigger
 from workload_attribution.service.metrics import Metrics
+from workload_attribution.service.sessions import Sessions
 
 log = logging.getLogger("workload_attribution.service")
 access_log = logging.getLogger("workload_attribution.access")
@@ -36,7 +41,8 @@ class Services:
     """What every route shares (app.state.svc)."""
 
     cfg: Config
-    token: str | None
+    credentials: Credentials
+    sessions: Sessions
     secret: str | None
     trigger: Trigger
     outbox: Outbox
@@ -96,9 +102,13 @@ class Services:
                 await asyncio.wait_for(stop.wait(), delay)
 
 
-def default_outbox() -> str:
+def state_dir() -> str:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "workload-attribution", "outbox")
+    return os.path.join(base, "workload-attribution")
+
+
+def default_outbox() -> str:
+    return os.path.join(state_dir(), "outbox")
 
 
 def create_app(
@@ -111,13 +121,16 @@ def create_app(
     from workload_attribution.warehouse.store import Warehouse
 
     svc_cfg = cfg.service
-    token = os.environ.get(svc_cfg.token_env) or None
+    credentials = Credentials.from_environment(svc_cfg.token_env, svc_cfg.tokens_env, svc_cfg.tokens_file)
     secret = os.environ.get(svc_cfg.webhook_secret_env) or None
     warehouse = Warehouse(cfg.warehouse, lock_wait_s=10) if cfg.warehouse else None
     outbox = None if dashboard_only else Outbox(svc_cfg.outbox_dir or default_outbox())
     svc = Services(
         cfg=cfg,
-        token=token,
+        credentials=credentials,
+        sessions=Sessions(
+            svc_cfg.sessions_file or os.path.join(state_dir(), "sessions.sqlite3"), svc_cfg.session_ttl_s
+        ),
         secret=secret,
         trigger=trigger or Trigger(svc_cfg.deployment),
         outbox=outbox,  # type: ignore[arg-type]
@@ -130,7 +143,7 @@ def create_app(
     )
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop = asyncio.Event()
         drainer = asyncio.create_task(svc.drain(stop)) if outbox is not None else None
         if outbox is not None:
@@ -167,7 +180,7 @@ def create_app(
     app.state.svc = svc
 
     @app.middleware("http")
-    async def measure(request: Request, call_next):
+    async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         started = time.perf_counter()
         route = request.scope.get("route")
         try:
@@ -185,7 +198,7 @@ def create_app(
         return response
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError):
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         # the same shape as body errors, and never the offending input echoed back
         return JSONResponse(
             {
@@ -198,16 +211,17 @@ def create_app(
         )
 
     @app.exception_handler(AuthError)
-    async def _auth(request: Request, exc: AuthError):
-        svc.metrics.auth_failures.labels(exc.reason).inc()
-        log.warning("refused %s %s: %s", request.method, request.url.path, exc.reason)
+    async def _auth(request: Request, exc: AuthError) -> JSONResponse:
+        svc.metrics.auth_failures.labels(exc.scope.value, exc.reason).inc()
+        who = f" ({exc.who})" if exc.who else ""
+        log.warning("refused %s %s: %s%s, needs scope %s", request.method, request.url.path, exc.reason, who, exc.scope)
         return JSONResponse(
-            {"detail": "authentication required" if exc.status == 401 else "forbidden"},
+            {"detail": exc.detail, "scope": exc.scope.value},
             status_code=exc.status,
-            headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None,
+            headers={"WWW-Authenticate": f'Bearer scope="{exc.scope}"'} if exc.status == 401 else None,
         )
 
-    from workload_attribution.service import diagnose, reads, triggers, ui
+    from workload_attribution.service import admin, diagnose, reads, triggers, ui
 
     if not dashboard_only:
         app.include_router(triggers.router)
@@ -224,6 +238,7 @@ def create_app(
     app.include_router(diagnose.router)  # computes here, needs no orchestrator
     app.include_router(reads.router)
     app.include_router(ui.router)
+    app.include_router(admin.router)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:  # on the event loop: never queued behind reads in the thread pool
@@ -232,13 +247,17 @@ def create_app(
             "version": version(),
             "dashboard_only": dashboard_only,
             "deployment": None if dashboard_only else svc_cfg.deployment,
-            "auth": {"bearer": token is not None, "webhook_hmac": secret is not None},
+            "auth": {"bearer": credentials.configured, "webhook_hmac": secret is not None},
         }
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:
         return PlainTextResponse(svc.metrics.text(), media_type="text/plain; version=0.0.4")
 
-    if not insecure and token is None:
-        log.warning("no API token in $%s: reads and requests are open", svc_cfg.token_env)
+    if not insecure and not credentials.configured:
+        log.warning(
+            "no API token ($%s, $%s, service.tokens_file): reads and requests are open",
+            svc_cfg.token_env,
+            svc_cfg.tokens_env,
+        )
     return app

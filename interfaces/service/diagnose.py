@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import lzma
 import os
 import shutil
 import stat
@@ -24,11 +25,13 @@ import tarfile
 import tempfile
 import time
 import zipfile
+import zlib
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import IO, Annotated, Any, Literal
 
+import zstandard
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
@@ -38,7 +41,7 @@ from workload_attribution.connectors.bundle import TEXT_SOURCES
 from workload_attribution.connectors.schedulers import schedulers
 from workload_attribution.contracts.errors import BadInput, NotStored, first_line
 from workload_attribution.contracts.models import AttemptScope
-from workload_attribution.service.auth import bearer
+from workload_attribution.service.auth import Scope, require
 
 router = APIRouter()
 CHUNK = 1 << 20
@@ -55,9 +58,15 @@ class Refused(Exception):
 # --------------------------------------------------------------------------------- the JSON form
 
 
+# a host as a posted line or sample names it: it becomes a file name of the bundle (`<host>.log`)
+HOST_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$"
+
+
 class Line(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    node: str | None = Field(None, max_length=253, description="the host it was logged on (not for scheduler logs)")
+    node: str | None = Field(
+        None, pattern=HOST_PATTERN, description="the host it was logged on (not for scheduler logs)"
+    )
     text: str
     time: datetime | None = Field(None, description="when it was logged, if the text does not say")
     rank: int | None = Field(None, ge=0, description="the rank that printed it, if the text does not say")
@@ -65,7 +74,7 @@ class Line(BaseModel):
 
 class Sample(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    node: str = Field(max_length=253)
+    node: str = Field(pattern=HOST_PATTERN)
     metric: str = Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
     labels: dict[str, str] = Field(default_factory=dict)
     value: float
@@ -227,10 +236,8 @@ def extract_tar(archive: Path, root: Path, budget: Budget, mode: str) -> None:
                     continue
                 with dst.open("wb") as out:
                     budget.copy(src, out, m.name, m.size)
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        if isinstance(exc, (Limit, Refused)):
-            raise
-        raise Refused(f"not a readable tar archive: {first_line(exc)}") from None
+    except (tarfile.TarError, EOFError, OSError, zlib.error, zstandard.ZstdError) as exc:
+        raise Refused(f"not a readable tar.{'zst' if mode == 'zst' else 'gz'} archive: {first_line(exc)}") from None
     finally:
         if opener is not None:
             opener.close()
@@ -265,7 +272,9 @@ def extract_zip(archive: Path, root: Path, budget: Budget) -> None:
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 with z.open(info) as src, dst.open("wb") as out:
                     budget.copy(src, out, info.filename, info.file_size)
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, lzma.LZMAError, NotImplementedError) as exc:
+        raise Refused(f"not a readable zip archive: {first_line(exc)}") from None
+    except RuntimeError as exc:  # zipfile's word for an encrypted member
         raise Refused(f"not a readable zip archive: {first_line(exc)}") from None
 
 
@@ -424,7 +433,7 @@ OPENAPI = {
 Answer = Callable[..., JSONResponse]  # (outcome, status, body, headers=None): counted in /metrics
 
 
-@router.post("/v1/diagnose", dependencies=[Depends(bearer)], openapi_extra=OPENAPI)
+@router.post("/v1/diagnose", dependencies=[Depends(require(Scope.read))], openapi_extra=OPENAPI)
 async def diagnose(
     request: Request, store: bool = Query(False, description="also write it to the warehouse")
 ) -> JSONResponse:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from workload_attribution.service.bounded import STATS
 
@@ -42,7 +42,10 @@ class Metrics:
             registry=registry,
         )
         self.auth_failures = Counter(
-            "attribution_auth_failures", "refused requests by reason", ["reason"], registry=registry
+            "attribution_auth_failures",
+            "refused requests by the scope the route needs and the reason",
+            ["scope", "reason"],
+            registry=registry,
         )
         self.trigger_failures = Counter(
             "attribution_trigger_failures", "triggers that could not reach Prefect", registry=registry
@@ -73,7 +76,7 @@ class Metrics:
         def __init__(self, m: Metrics):
             self.m = m
 
-        def collect(self):
+        def collect(self) -> Iterator[Metric]:
             m = self.m
             m._refresh_later()
             g = GaugeMetricFamily(

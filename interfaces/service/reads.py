@@ -1,21 +1,23 @@
-"""Reads: diagnoses from the warehouse, for people and programs with the API token."""
+"""Reads: diagnoses from the warehouse, for people and programs with the `read` scope (a bearer
+token, or the dashboard's session: the diagnosis page links to its JSON)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 
 from workload_attribution.contracts.identity import NAME_PATTERN
-from workload_attribution.service.auth import bearer
+from workload_attribution.service.auth import Scope, require
 
-router = APIRouter(dependencies=[Depends(bearer)])
+router = APIRouter(dependencies=[Depends(require(Scope.read, session=True))])
 DIAGNOSIS_ID = r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
 
 
-def warehouse_call(request: Request, fn, *args: Any) -> Any:
+def warehouse_call(request: Request, fn: Callable[..., Any], *args: Any) -> Any:
     """Run a read; a warehouse held by a writer past the wait is 503 + Retry-After, not an error."""
     from workload_attribution.warehouse.store import WarehouseLocked
 

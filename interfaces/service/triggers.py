@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 
 from workload_attribution.connectors.schedulers import Scheduler, Webhook, get_scheduler, schedulers
 from workload_attribution.contracts.identity import STATIC, Target
-from workload_attribution.service.auth import bearer, check_signature
+from workload_attribution.service.auth import Scope, authorize, check_signature, require
 from workload_attribution.service.intake import Unreachable
 from workload_attribution.service.payloads import (
     Accepted,
@@ -34,9 +34,13 @@ RETRY_AFTER_S = "10"
 
 
 async def signed_body(request: Request) -> bytes:
+    """A webhook's body, signed; or sent with a bearer token of the trigger scope instead."""
     svc = request.app.state.svc
+    if request.headers.get("authorization"):
+        authorize(request, Scope.trigger)
     body = await read_body(request, svc.cfg.service.max_body_bytes, svc.cfg.service.body_timeout_s)
-    check_signature(svc.secret, request.headers, body, svc.cfg.service.replay_window_s)
+    if not request.headers.get("authorization"):
+        check_signature(svc.secret, request.headers, body, svc.cfg.service.replay_window_s)
     return body
 
 
@@ -150,7 +154,7 @@ add_webhooks(router)
     status_code=202,
     response_model=Accepted,
     openapi_extra=json_body(AttemptRequest),
-    dependencies=[Depends(bearer)],
+    dependencies=[Depends(require(Scope.trigger))],
 )
 async def attempts(request: Request) -> JSONResponse:
     """Diagnose an explicit attempt: a job on a configured cluster, or nodes + window."""

@@ -102,7 +102,7 @@ def test_backfill_cli_refuses_bad_windows(capsys, tmp_path):
 
 
 def test_a_failed_warehouse_maintenance_is_reported_and_fails_the_run(capsys, tmp_path, monkeypatch):
-    """The diagnoses are written before maintenance; its failure is the summary's and exit 1."""
+    """The diagnoses are written before maintenance; its failure is the summary's and exit 4 (a check failed)."""
     from workload_attribution.cli import main
     from workload_attribution.warehouse.store import Warehouse
 
@@ -114,7 +114,7 @@ def test_a_failed_warehouse_maintenance_is_reported_and_fails_the_run(capsys, tm
     shutil.copytree(EXAMPLES / "cuda_oom_one_rank-1-0", tree / "cuda_oom_one_rank-1-0")
     wh = tmp_path / "w.duckdb"
     args = ["backfill", "--inline", "--bundles", str(tree), "--since", "3650d", "--warehouse", str(wh)]
-    assert main(args) == 1
+    assert main(args) == 4
     assert "WAREHOUSE MAINTENANCE FAILED: IOException: IO Error: No space left on device" in capsys.readouterr().out
     with duckdb.connect(str(wh), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM diagnoses").fetchone() == (1,)

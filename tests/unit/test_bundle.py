@@ -166,6 +166,34 @@ def test_bad_attempt_yaml_gives_a_one_line_reason(tmp_path, content, field):
     assert field in str(err.value) and "\n" not in str(err.value)
 
 
+SCOPE = "cluster: c\nscheduler: slurm\njob_id: 1\nattempt: 0\nnodes: [a, b]\nstart: 2026-01-01T00:00:00Z\n"
+
+
+@pytest.mark.parametrize(
+    "tail,message",
+    [
+        ("end: 2026-01-01T01:00:00Z\nstate: FAILED\nexit_code: 1:0\n", "field 'exit_code': 1:0 is read by YAML 1.1"),
+        ("end: 2026-01-01T01:00:00Z\nstate: FAILED\nexit_code: 2:15  # signal\n", '(exit_code: "2:15")'),
+        ("end: 2026-01-01T01:00:00Z\nstate: FAILED\nexit_code: 1.5\n", "field 'exit_code': 1.5 is a float"),
+        ("end: 2026-01-01T01:00:00Z\nstate: FAILED\nexit_code: true\n", "field 'exit_code': True is a bool"),
+        ("end: 2026-01-01T01:00:00Z\nstate: FAILED\nexit_code: [1]\n", "a string or an integer"),
+        ("end: 2025-12-31T23:00:00Z\nstate: FAILED\n", "field 'start/end': end (2025-12-31T23:00:00+00:00) is before"),
+    ],
+)
+def test_attempt_yaml_is_strict_and_names_the_field(tmp_path, tail, message):
+    (tmp_path / "attempt.yaml").write_text(SCOPE + tail)
+    with pytest.raises(BundleError) as err:
+        load_scope(tmp_path)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert "Value error" not in str(err.value) and "field 'attempt'" not in str(err.value)
+
+
+@pytest.mark.parametrize("written,read", [("'1:0'", "1:0"), ("0:0", "0:0"), ('"137"', "137"), ("137", "137")])
+def test_exit_codes_as_schedulers_write_them_are_read(tmp_path, written, read):
+    (tmp_path / "attempt.yaml").write_text(SCOPE + f"end: 2026-01-01T01:00:00Z\nstate: FAILED\nexit_code: {written}\n")
+    assert load_scope(tmp_path).exit_code == read
+
+
 def test_missing_attempt_yaml(tmp_path):
     with pytest.raises(BundleError, match="no attempt.yaml"):
         load_scope(tmp_path)
