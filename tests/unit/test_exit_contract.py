@@ -158,6 +158,10 @@ CASES: dict[str, list[Case]] = {
         (2, lambda t: ["deploy"], "set PREFECT_API_URL"),
     ],
     "worker": [(2, lambda t: ["worker"], "set PREFECT_API_URL")],
+    "archive": [
+        (0, lambda t: ["archive", "usage", "--warehouse", str(t / "w.duckdb")], "0 attempt(s)"),
+        (2, lambda t: ["archive", "prune", "--warehouse", str(t / "w.duckdb"), "--max-age-days", "-3"], "above 0"),
+    ],
     "token": [
         (0, lambda t: ["token", "create", "ci", "--scope", "read", "--print-line"], "ci read scrypt$"),
         (2, lambda t: ["token", "create", "CI!", "--scope", "read", "--print-line"], "token name"),
@@ -213,7 +217,7 @@ def test_a_bug_is_1_in_one_line_for_every_command(command, monkeypatch, capsys):
 
     monkeypatch.setattr(module, "run", bug)
     required = {"rules": ["list"], "eval": ["."], "topology": ["load", "f", "--cluster", "c"], "config": ["check"]}
-    required |= {"token": ["list"], "actions": ["list"]}
+    required |= {"token": ["list"], "actions": ["list"], "archive": ["usage"]}
     assert main([command, *required.get(command, [])]) == 1
     err = capsys.readouterr().err
     assert err.startswith("attribution: internal error: KeyError:") and "--debug" in err and err.count("\n") == 1
