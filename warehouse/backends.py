@@ -100,9 +100,22 @@ def _extension(name: str) -> str:
     return str(found[0])
 
 
+DUCKDB_HEADERS_BYTES = 3 * 4096  # a DuckDB file's main header and its two database headers
+
+
+def _being_created(path: Path, exc: duckdb.IOException) -> bool:
+    """Whether `exc` is another process's new file, its headers not written yet."""
+    try:
+        return "not a valid DuckDB database file" in str(exc) and path.stat().st_size < DUCKDB_HEADERS_BYTES
+    except OSError:
+        return False
+
+
 def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBPyConnection:
     """A connection to a DuckDB file. A file another process holds (an analyst's session) is waited
-    for with backoff up to lock_wait_s, then WarehouseLocked."""
+    for with backoff up to lock_wait_s, then WarehouseLocked; so is one another process is creating
+    (shorter than DuckDB's headers: opened between its creation and its headers' write, it reads as
+    "not a valid DuckDB database file", seen with six writers starting on one new file)."""
     deadline = time.monotonic() + lock_wait_s
     delay = 0.05
     if not read_only:
@@ -111,9 +124,11 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
         try:
             return duckdb.connect(str(path), read_only=read_only)
         except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower():
+            if "lock" not in str(exc).lower() and not _being_created(path, exc):
                 raise
             if time.monotonic() >= deadline:
+                if _being_created(path, exc):
+                    raise
                 raise WarehouseLocked(f"{path}: still locked by another process after {lock_wait_s:.0f}s") from None
         time.sleep(delay * (1 + random.random()))
         delay = min(delay * 2, 1.0)

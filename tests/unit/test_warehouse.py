@@ -141,3 +141,25 @@ def test_which_lake_errors_a_writer_retries():
     assert all(_conflict(e) for e in raced)
     failed = (duckdb.IOException("IO Error: No space left on device"), duckdb.CatalogException("no table x"))
     assert not any(_conflict(e) for e in failed)
+
+
+def test_a_file_another_process_is_creating_is_waited_for_a_junk_file_is_not(tmp_path):
+    """Six writers starting on one new file: one opened it between its creation and its headers'
+    write ("not a valid DuckDB database file"). Such a file is waited for like a locked one; a file
+    that is not DuckDB's fails as before, after the wait."""
+    import os
+    import threading
+
+    from workload_attribution.warehouse.backends import open_file
+
+    path = tmp_path / "w.duckdb"
+    path.write_bytes(b"\0" * 100)  # the headers not written yet
+    made = tmp_path / "made.duckdb"
+    duckdb.connect(str(made)).close()
+    threading.Timer(0.3, lambda: os.replace(made, path)).start()  # the creator finishes
+    open_file(path, read_only=False, lock_wait_s=10).close()
+
+    junk = tmp_path / "junk.duckdb"
+    junk.write_bytes(b"\0" * 100)
+    with pytest.raises(duckdb.IOException, match="not a valid DuckDB database file"):
+        open_file(junk, read_only=False, lock_wait_s=0.3)
