@@ -107,6 +107,8 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
     delay = 0.05
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            _create_whole(path)
     while True:
         try:
             return duckdb.connect(str(path), read_only=read_only)
@@ -122,6 +124,24 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
                 ) from None
         time.sleep(delay * (1 + random.random()))
         delay = min(delay * 2, 1.0)
+
+
+def _create_whole(path: Path) -> None:
+    """A new warehouse file appears whole or not at all. DuckDB creates a file, then locks it and
+    writes its headers; several workers starting on one new warehouse found it empty in between,
+    and a creator that lost the lock to one of them reopened its own empty file as an existing,
+    invalid one: nobody ever wrote the headers. So the database is made under a name of this
+    process's, then linked into place; when another process got there first, its file is used."""
+    made = path.with_name(f".{path.name}.{os.getpid()}.{random.getrandbits(32):08x}.new")
+    try:
+        duckdb.connect(str(made)).close()
+        os.link(made, path)
+    except FileExistsError:
+        pass  # another writer's, complete
+    except OSError:
+        pass  # a file system without hard links: DuckDB creates it in place, as before
+    finally:
+        made.unlink(missing_ok=True)
 
 
 # A DuckDB file's main header and its two database headers, each a 4 KiB block: a file shorter

@@ -102,7 +102,11 @@ class SeaweedS3:
                 # fixed ports: a second server on the host exits at start ("address already in use")
                 "-s3.port.iceberg=0",
                 "-s3.port.lance=0",
-                "-volume.max=0",
+                # volumes of 256 MB, up to 100: with the defaults (30 GB each, as many as the free disk
+                # holds) a machine with 67 GB free had 2, both the bucket's; a PUT while one was busy
+                # or being vacuumed, or one needing a volume of another collection, was answered 500
+                "-master.volumeSizeLimitMB=256",
+                "-volume.max=100",
             ],
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import ROOT, WORKED
 from tests.helpers import diagnose
-from tests.waiting import duckdb_held_by_another_process, wait_until
+from tests.waiting import duckdb_held_by_another_process, wait_line, wait_until
 from workload_attribution.contracts.vocabulary import Action
 from workload_attribution.rules.pack import default_pack
 from workload_attribution.warehouse.store import Warehouse, WarehouseLocked
@@ -112,6 +112,47 @@ def test_two_writer_processes_both_land(tmp_path, diagnosis):
     con = duckdb.connect(str(wh), read_only=True)
     assert con.execute("SELECT list(job_id ORDER BY job_id) FROM diagnoses").fetchone()[0] == ["a", "b", "c"]
     con.close()
+
+
+STARTER = textwrap.dedent("""
+    import os, sys, time
+    sys.path.insert(0, {root!r})
+    from workload_attribution.contracts.models import Diagnosis
+    from workload_attribution.warehouse.store import Warehouse
+    d = Diagnosis.model_validate_json(open({src!r}).read())
+    d.attempt.job_id = sys.argv[1]
+    d.diagnosis_id = "id-" + sys.argv[1]
+    print("ready", flush=True)
+    while not os.path.exists({go!r}):
+        time.sleep(0.002)
+    Warehouse({wh!r}, lock_wait_s=60).write(d)
+    print("ok")
+""")
+
+
+def test_six_workers_starting_on_one_new_warehouse_all_land(tmp_path, diagnosis):
+    """Six processes released at once onto a warehouse file that does not exist yet: each write
+    lands (the file appears whole: no process finds it empty, none is left waiting for headers
+    nobody writes), and no temporary file is left beside it."""
+    src = tmp_path / "d.json"
+    src.write_text(diagnosis.to_json())
+    wh, go = tmp_path / "new" / "w.duckdb", tmp_path / "go"
+    script = tmp_path / "starter.py"
+    script.write_text(STARTER.format(root=str(ROOT), src=str(src), wh=str(wh), go=str(go)))
+    jobs = [f"j{i}" for i in range(6)]
+    procs = [
+        subprocess.Popen([sys.executable, str(script), job], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for job in jobs
+    ]
+    for p in procs:
+        wait_line(p, "ready", 120)
+    go.touch()
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, [err[-1500:] for _, err in outs]
+    con = duckdb.connect(str(wh), read_only=True)
+    assert con.execute("SELECT list(job_id ORDER BY job_id) FROM diagnoses").fetchone()[0] == jobs
+    con.close()
+    assert sorted(p.name for p in wh.parent.iterdir()) == ["w.duckdb"]
 
 
 def test_a_held_lock_makes_the_writer_wait_then_fail_loudly(tmp_path, diagnosis):
