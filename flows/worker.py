@@ -36,7 +36,11 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # Prefect is imported when the worker starts, not when this module is
+    from prefect.client.orchestration import SyncPrefectClient as PrefectClient
+    from prefect.client.schemas.objects import FlowRun
 
 log = logging.getLogger("attribution.worker")
 # How often each run in flight says it is alive (Prefect's flow-run heartbeat event); the deployed
@@ -45,6 +49,8 @@ HEARTBEAT_S = float(os.environ.get("ATTRIBUTION_HEARTBEAT_S", "30"))
 # The longest wait between polls of an idle worker (the shortest is --poll): what an idle fleet
 # adds to a new attempt's latency at most.
 IDLE_POLL_S = float(os.environ.get("ATTRIBUTION_IDLE_POLL_S", "1"))
+# the start time of a run scheduled without one: after every run that has one
+NEVER = datetime.max.replace(tzinfo=timezone.utc)
 
 
 class InProcessWorker:
@@ -69,25 +75,31 @@ class InProcessWorker:
         self._beats: dict[str, float] = {}
         self.stop = threading.Event()
 
-    def _flow_for(self, client, flow_run) -> Any:
+    def _flow_for(self, client: PrefectClient, flow_run: FlowRun) -> Any:
         from prefect.flows import load_flow_from_entrypoint
 
+        if flow_run.deployment_id is None:  # only deployments' runs are scheduled on a work pool
+            raise ValueError(f"flow run {flow_run.id} has no deployment")
         key = str(flow_run.deployment_id)
         if key not in self._entrypoints:
-            self._entrypoints[key] = client.read_deployment(flow_run.deployment_id).entrypoint
+            entrypoint = client.read_deployment(flow_run.deployment_id).entrypoint
+            if entrypoint is None:
+                raise ValueError(f"deployment {key} has no entrypoint")
+            self._entrypoints[key] = entrypoint
         entrypoint = self._entrypoints[key]
         if entrypoint not in self._flows:
             self._flows[entrypoint] = load_flow_from_entrypoint(entrypoint, use_placeholder_flow=False)
         return self._flows[entrypoint]
 
-    def _claim(self, client, flow_run) -> bool:
+    def _claim(self, client: PrefectClient, flow_run: FlowRun) -> bool:
+        from prefect.client.schemas import OrchestrationResult
         from prefect.client.schemas.objects import StateType
         from prefect.states import Pending
 
-        result = client.set_flow_run_state(flow_run.id, Pending())
+        result: OrchestrationResult[Any] = client.set_flow_run_state(flow_run.id, Pending())
         return result.state is not None and result.state.type == StateType.PENDING and result.status.value == "ACCEPT"
 
-    def _execute(self, flow, flow_run) -> None:
+    def _execute(self, flow: Any, flow_run: FlowRun) -> None:
         from prefect.flow_engine import run_flow
 
         started = time.monotonic()
@@ -99,7 +111,7 @@ class InProcessWorker:
         finally:
             log.info("flow run %s (%s) done in %.2f s", flow_run.id, flow_run.name, time.monotonic() - started)
 
-    def _crash(self, client, flow_run, exc: BaseException) -> None:
+    def _crash(self, client: PrefectClient, flow_run: FlowRun, exc: BaseException) -> None:
         from prefect.states import Crashed
 
         log.error("flow run %s could not start: %s: %s", flow_run.id, type(exc).__name__, exc)
@@ -126,7 +138,7 @@ class InProcessWorker:
                 )
                 self._beats[run_id] = now
 
-    def poll_once(self, client, pool: ThreadPoolExecutor) -> int | None:
+    def poll_once(self, client: PrefectClient, pool: ThreadPoolExecutor) -> int | None:
         """Claim and start what the pool has for the free slots: how many started (None: no slot free, not polled)."""
         self._running = {k: v for k, v in self._running.items() if not v[0].done()}
         self._beats = {k: v for k, v in self._beats.items() if k in self._running}
@@ -140,7 +152,7 @@ class InProcessWorker:
         )
         started = 0
         for resp in sorted(
-            responses, key=lambda r: r.flow_run.next_scheduled_start_time or r.flow_run.expected_start_time
+            responses, key=lambda r: r.flow_run.next_scheduled_start_time or r.flow_run.expected_start_time or NEVER
         )[:free]:
             flow_run = resp.flow_run
             if str(flow_run.id) in self._running:

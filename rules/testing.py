@@ -164,7 +164,7 @@ def run_case(pack: Pack, rule: Rule, case: RuleTest, settings: Settings | None =
         release_staging(staging)
 
 
-def _run_case(
+def _run_case(  # noqa: C901 (one case's setups: events or lines, the scan, each phase's input; said in order)
     con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, case: RuleTest, scope: AttemptScope, settings: Settings
 ) -> CaseResult:
     prepare(con, pack, settings)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import zstandard
 
@@ -87,7 +87,7 @@ def file_kind(path: Path) -> str | None:
     return "not a regular file"
 
 
-def open_regular(path: Path):
+def open_regular(path: Path) -> BinaryIO:
     """Open a file for reading only if it is a regular file: never blocks (a FIFO swapped in after
     a check is refused, not waited on). Raises OSError naming what it is otherwise."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -249,7 +249,7 @@ def _end_of_lines(data: bytes, end: int, lines: int) -> int:
     return end
 
 
-def _gunzip(src: Path, dst) -> None:
+def _gunzip(src: Path, dst: BoundedWriter) -> None:
     """Member by member (`cat a.gz b.gz > c.gz` is valid gzip), each step producing at most
     GZIP_CHUNK bytes; zlib keeps what it decoded before a fault (the gzip module drops it)."""
     obj, fed = zlib.decompressobj(wbits=31), False
@@ -271,7 +271,7 @@ def _gunzip(src: Path, dst) -> None:
         raise EOFError("compressed data ends inside a member (truncated)")
 
 
-def _unzstd(src: Path, dst) -> None:
+def _unzstd(src: Path, dst: BoundedWriter) -> None:
     """Frame by frame (a file may hold several), so a truncated last frame is noticed."""
     dctx = zstandard.ZstdDecompressor()
     obj, fed = dctx.decompressobj(), False

@@ -7,6 +7,7 @@ import csv
 import json
 import re
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from workload_attribution.cli import common
@@ -39,7 +40,7 @@ def add(sub: Any) -> None:
     q.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:  # noqa: C901 (the command's modes: list, a view, SQL, each format)
     from workload_attribution.warehouse.store import Warehouse, views
 
     known = views()
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def rows_writer(fmt: str, cols: list[str]):
+def rows_writer(fmt: str, cols: list[str]) -> Callable[[Sequence[Sequence[Any]] | None], None]:
     """A function taking batches of rows (None: the end) and printing them as they come."""
     if fmt == "csv":
         w = csv.writer(sys.stdout)
@@ -88,7 +89,7 @@ def rows_writer(fmt: str, cols: list[str]):
     if fmt == "json":  # one JSON array, written as the rows come
         count = [0]
 
-        def json_array(rows):
+        def json_array(rows: Sequence[Sequence[Any]] | None) -> None:
             if rows is None:
                 sys.stdout.write("[]\n" if not count[0] else "\n]\n")
                 return
@@ -100,17 +101,19 @@ def rows_writer(fmt: str, cols: list[str]):
     # table: widths from the first batch (later values are cut to them)
     state: dict[str, Any] = {"widths": None}
 
-    def table(rows):
+    def table(rows: Sequence[Sequence[Any]] | None) -> None:
         if rows is None:
             if state["widths"] is None:
                 print("  ".join(cols))
             return
         cells = [[("" if v is None else str(v)).replace("\n", " ") for v in r] for r in rows]
         if state["widths"] is None:
-            state["widths"] = [min(60, max([len(c)] + [len(row[i]) for row in cells])) for i, c in enumerate(cols)]
-            print("  ".join(c[:60].ljust(w) for c, w in zip(cols, state["widths"])).rstrip())
-            print("  ".join("-" * w for w in state["widths"]))
+            widths = [min(60, max([len(c)] + [len(row[i]) for row in cells])) for i, c in enumerate(cols)]
+            state["widths"] = widths
+            print("  ".join(c[:60].ljust(w) for c, w in zip(cols, widths)).rstrip())
+            print("  ".join("-" * w for w in widths))
+        widths = state["widths"]
         for row in cells:
-            print("  ".join(v[:w].ljust(w) for v, w in zip(row, state["widths"])).rstrip())
+            print("  ".join(v[:w].ljust(w) for v, w in zip(row, widths)).rstrip())
 
     return table

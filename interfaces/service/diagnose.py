@@ -107,7 +107,7 @@ class AttemptDocument(BaseModel):
     sources: dict[BundleSource, SourceDoc] = Field(default_factory=dict)
 
 
-def write_document(doc: AttemptDocument, root: Path) -> None:
+def write_document(doc: AttemptDocument, root: Path) -> None:  # noqa: C901 (one branch per kind of source)
     """The JSON form as the bundle it describes (the same files `attribution diagnose` reads)."""
     import yaml
 
