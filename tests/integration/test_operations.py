@@ -373,7 +373,13 @@ def test_a_worker_killed_mid_storm_loses_no_attempt(stack, kube):
         )
         with stack.client_settings():
             retried = {str(rid): history(str(rid)) for rid in crashed}
-            assert all("CRASHED" in h and h[-1] == "COMPLETED" for h in retried.values()), retried
+            # a run listed running may still finish between the listing and the kill: it completed once;
+            # every other one crashed with the worker and was run again to completion
+            finished_first = ["SCHEDULED", "PENDING", "RUNNING", "COMPLETED"]
+            assert all(h[-1] == "COMPLETED" and ("CRASHED" in h or h == finished_first) for h in retried.values()), (
+                retried
+            )
+            assert any("CRASHED" in h for h in retried.values()), retried
             assert _backfill_runs() == backfills  # no backfill ran
         runs = runs_per_key(stack)
         assert all(runs[k] == 1 for k in accepted), {k: runs[k] for k in accepted if runs[k] != 1}

@@ -280,6 +280,13 @@ def test_nightly_backfill_deployment_mixes_done_stale_and_new(stack, tmp_path):
     with duckdb.connect(str(wh), read_only=True) as con:
         versions = dict(con.execute("SELECT job_id, rules_version FROM diagnoses").fetchall())
     assert len(versions) == len(picks) and "2026.01.1+oldrules" not in versions.values()
-    log = stack.log("worker")
-    assert f"{len(picks)} found, 1 already diagnosed" in log
-    assert "(rules changed)" in log
+    # the run is completed once its state is; its log lines reach the worker's log file after
+    said = f"{len(picks)} found, 1 already diagnosed"
+
+    def logged() -> bool:
+        text = stack.log("worker")
+        return said in text and "(rules changed)" in text
+
+    wait_until(
+        logged, f"the worker's log to say {said!r} and '(rules changed)'", seen=lambda: stack.log("worker")[-2000:]
+    )
