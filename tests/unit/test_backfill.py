@@ -64,7 +64,8 @@ def test_inline_backfill_over_a_bundle_tree(tmp_path):
     assert (first.found, first.diagnosed, first.skipped, first.failed) == (4, 3, 0, 1)
     assert first.failures[0]["attempt"].endswith("broken") and "attempt.yaml" in first.failures[0]["error"]
     assert sum(first.by_terminal_state.values()) == 3
-    assert first.maintenance == {"backend": "duckdb", "checkpointed": True, "blame_history_sorted": 8}  # the night's last step
+    # the night's last step
+    assert first.maintenance == {"backend": "duckdb", "checkpointed": True, "blame_history_sorted": 8}
 
     with duckdb.connect(wh) as con:
         old = con.execute("SELECT job_id FROM diagnoses ORDER BY job_id LIMIT 1").fetchone()[0]
