@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -235,6 +236,7 @@ class KubeStandIn:
 
         wl = copy.deepcopy(self.workloads[name])
         wl["metadata"]["name"] = new_name
+        wl["metadata"]["uid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"workload/{new_name}"))  # as the API server gives
         self.workloads[new_name] = wl
         label = "kueue.x-k8s.io/workload-name"
         for p in [p for p in self.pods if (p.get("metadata") or {}).get("labels", {}).get(label) == name]:
