@@ -16,9 +16,7 @@ through the table, most telling first.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -26,7 +24,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workload_attribution.connectors import scheduler_records as sr
-from workload_attribution.connectors.coverage import Cover, Tally
+from workload_attribution.connectors.commands import run_tool
+from workload_attribution.connectors.coverage import Cover
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.connectors.schedulers import (
     STATE,
@@ -42,13 +41,12 @@ from workload_attribution.connectors.schedulers import (
 from workload_attribution.contracts.errors import BadInput, SourceError, TransientSourceError, first_line
 from workload_attribution.contracts.hostlist import HostlistError, expand_hostlist
 from workload_attribution.contracts.identity import NAME_PATTERN, AttemptId, EndedAttempt, Target
-from workload_attribution.contracts.models import EARLIEST, LATEST, AttemptScope, CoverageStatus, Details
+from workload_attribution.contracts.models import EARLIEST, LATEST, AttemptScope, CoverageStatus
 from workload_attribution.contracts.vocabulary import Source
-from workload_attribution.staging.database import connected
-from workload_attribution.staging.observations import insert_observations
 
 NAME = "flux"
 CONNECTOR = "flux"
+FLUX_DOWN = re.compile(r"Connection refused|No such file or directory.*local|timed out", re.I)  # broker not reachable
 STATES = state_table(NAME)
 # f58 (ƒNNzkJm7, or fNNzkJm7 where ƒ cannot be typed), decimal, or 0x hex: the forms flux accepts
 FLUX_JOB_ID = re.compile(r"(?:[ƒf][1-9A-HJ-NP-Za-km-z]{1,13}|[0-9]{1,20}|0x[0-9a-f]{1,16})")
@@ -85,20 +83,8 @@ def check_job_id(job_id: str) -> str:
 
 
 def _run(src: FluxSource, argv: list[str]) -> str:
-    """A flux command's output (TZ=UTC: --since's time is read in the reader's zone)."""
-    try:
-        out = subprocess.run(
-            argv, capture_output=True, text=True, timeout=src.timeout_s, env={**os.environ, "TZ": "UTC"}
-        )
-    except subprocess.TimeoutExpired:
-        raise TransientSourceError(f"{argv[0]} did not answer within {src.timeout_s:g}s", "timeout") from None
-    except FileNotFoundError:
-        raise FluxError(f"{argv[0]}: not installed", connector=CONNECTOR) from None
-    if out.returncode != 0:
-        msg = ((out.stderr or out.stdout).strip().splitlines() or [f"exit {out.returncode}"])[0]
-        transient = re.search(r"Connection refused|No such file or directory.*local|timed out", msg, re.I)
-        raise (TransientSourceError if transient else FluxError)(f"{argv[0]} failed: {msg}")
-    return out.stdout
+    """A flux command's output (--since's time is read in the reader's zone: run in UTC)."""
+    return run_tool(argv, timeout_s=src.timeout_s, error=FluxError, connector=CONNECTOR, transient=FLUX_DOWN)
 
 
 def flux_job(src: FluxSource, job_id: str) -> dict[str, Any]:
@@ -316,11 +302,6 @@ def read_bundle(files: dict[str, str], scope: AttemptScope) -> JobRecord:
     return read_record(job, files.get("flux-eventlog.txt"), ("scheduler/flux-job.json", "scheduler/flux-eventlog.txt"))
 
 
-class FluxDetails(Details):
-    history_lines: int
-    history_error: str | None
-
-
 @register(CONNECTOR, FluxSource, kind="scheduler")
 def collect(ctx: CollectContext[FluxSource]) -> Collected:
     """The job's record and eventlog (source `scheduler_record`)."""
@@ -336,13 +317,8 @@ def collect(ctx: CollectContext[FluxSource]) -> Collected:
     except FluxError as exc:  # the record alone still says how the attempt ended
         why = first_line(exc)
     record = read_record(job, text, ("flux:jobs", "flux:eventlog"))
-    with connected(ctx.staging) as con:
-        insert_observations(con, record.observations)
-    return cover.judged(
-        Tally(observations=len(record.observations), unparsed=len(record.problems), gaps=why is not None),
-        error="; ".join(([why] if why else []) + record.problems[:5]) or None,
-        details=FluxDetails(history_lines=len(record.observations) - 1, history_error=why),
-    )
+    details = sr.HistoryDetails(history_lines=len(record.observations) - 1, history_error=why)
+    return sr.stage_record(ctx, cover, record, details)
 
 
 # ------------------------------------------------------------------------------ as a scheduler

@@ -16,9 +16,7 @@ code and the state.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -27,7 +25,8 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field
 
 from workload_attribution.connectors import scheduler_records as sr
-from workload_attribution.connectors.coverage import Cover, Tally
+from workload_attribution.connectors.commands import run_tool
+from workload_attribution.connectors.coverage import Cover
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.connectors.schedulers import (
     STATE,
@@ -42,13 +41,13 @@ from workload_attribution.connectors.schedulers import (
 )
 from workload_attribution.contracts.errors import BadInput, SourceError, TransientSourceError, first_line
 from workload_attribution.contracts.identity import NAME_PATTERN, AttemptId, EndedAttempt, Target
-from workload_attribution.contracts.models import AttemptScope, CoverageStatus, Details
+from workload_attribution.contracts.models import AttemptScope, CoverageStatus
 from workload_attribution.contracts.vocabulary import Source
-from workload_attribution.staging.database import connected
-from workload_attribution.staging.observations import insert_observations
 
 NAME = "lsf"
 CONNECTOR = "lsf"
+# mbatchd busy or down: retried
+LSF_DOWN = re.compile(r"LSF is down|Please wait|batch system daemon not responding|timed out", re.I)
 STATES = state_table(NAME)
 LSF_JOB_ID = re.compile(r"[0-9]{1,12}(?:\[[0-9]{1,9}\])?")  # 4718921, or an array element 4718921[3]
 # bjobs -o fields (the names and their JSON keys as LSF 10.1 prints them: BatchEuphoria's LSFJobManager)
@@ -99,22 +98,15 @@ def check_job_id(job_id: str) -> str:
 
 
 def _run(src: LsfSource, argv: list[str]) -> str:
-    """An LSF command's output; its times in UTC (TZ=UTC: LSF prints the reader's local time)."""
-    try:
-        out = subprocess.run(
-            argv, capture_output=True, text=True, timeout=src.timeout_s, env={**os.environ, "TZ": "UTC"}
-        )
-    except subprocess.TimeoutExpired:
-        raise TransientSourceError(f"{argv[0]} did not answer within {src.timeout_s:g}s", "timeout") from None
-    except FileNotFoundError:
-        raise LsfError(f"{argv[0]}: not installed", connector=CONNECTOR) from None
-    if out.returncode != 0:
-        lines = (out.stderr or out.stdout).strip().splitlines() or [f"exit {out.returncode}"]
-        # bjobs -json of a forgotten job may print its JSON before (or instead of) the message
-        msg = next((line for line in (out.stderr + out.stdout).splitlines() if NOT_FOUND.search(line)), lines[0])
-        transient = re.search(r"LSF is down|Please wait|batch system daemon not responding|timed out", msg, re.I)
-        raise (TransientSourceError if transient else LsfError)(f"{argv[0]} failed: {msg}")
-    return out.stdout
+    """An LSF command's output; its times in UTC (LSF prints the reader's local time)."""
+    return run_tool(
+        argv, timeout_s=src.timeout_s, error=LsfError, connector=CONNECTOR, transient=LSF_DOWN, message=_not_found
+    )
+
+
+def _not_found(stdout: str, stderr: str) -> str | None:
+    """bjobs -json of a forgotten job may print its JSON before (or instead of) the message."""
+    return next((line for line in (stderr + stdout).splitlines() if NOT_FOUND.search(line)), None)
 
 
 def bjobs(src: LsfSource, job_id: str | None = None) -> list[dict[str, Any]]:
@@ -341,11 +333,6 @@ def read_bundle(files: dict[str, str], scope: AttemptScope) -> JobRecord:
     return read_record(recs, files.get("bhist.txt"), scope.job_id, _zone(scope.timezone), near, paths)
 
 
-class LsfDetails(Details):
-    history_lines: int
-    history_error: str | None
-
-
 @register(CONNECTOR, LsfSource, kind="scheduler")
 def collect(ctx: CollectContext[LsfSource]) -> Collected:
     """The job's record and history (source `scheduler_record`): bjobs', then bhist's."""
@@ -369,13 +356,8 @@ def collect(ctx: CollectContext[LsfSource]) -> Collected:
         record = read_record(recs, text, scope.job_id, _zone("UTC"), _now(), ("lsf:bjobs", "lsf:bhist"))
     except sr.RecordError as exc:
         return cover.outcome(CoverageStatus.error, first_line(exc))
-    with connected(ctx.staging) as con:
-        insert_observations(con, record.observations)
-    return cover.judged(
-        Tally(observations=len(record.observations), gaps=why is not None),
-        error=why,
-        details=LsfDetails(history_lines=len(record.observations) - 1, history_error=why),
-    )
+    details = sr.HistoryDetails(history_lines=len(record.observations) - 1, history_error=why)
+    return sr.stage_record(ctx, cover, record, details)
 
 
 def _now() -> datetime:

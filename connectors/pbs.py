@@ -14,9 +14,7 @@ PBS before 22.05 (Exit_status 271 and the MoM's line) as after (-29).
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from datetime import datetime, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -24,7 +22,8 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field
 
 from workload_attribution.connectors import scheduler_records as sr
-from workload_attribution.connectors.coverage import Cover, Tally
+from workload_attribution.connectors.commands import run_tool
+from workload_attribution.connectors.coverage import Cover
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.connectors.schedulers import (
     STATE,
@@ -39,13 +38,12 @@ from workload_attribution.connectors.schedulers import (
 )
 from workload_attribution.contracts.errors import BadInput, SourceError, TransientSourceError, first_line
 from workload_attribution.contracts.identity import NAME_PATTERN, AttemptId, EndedAttempt, Target
-from workload_attribution.contracts.models import AttemptScope, CoverageStatus, Details, Observation
+from workload_attribution.contracts.models import AttemptScope, CoverageStatus, Observation
 from workload_attribution.contracts.vocabulary import Source
-from workload_attribution.staging.database import connected
-from workload_attribution.staging.observations import insert_observations
 
 NAME = "pbs"
 CONNECTOR = "pbs"
+PBS_DOWN = re.compile(r"cannot connect|Connection refused|timed out", re.I)  # pbs_server not reachable: retried
 STATES = state_table(NAME)
 # <sequence>[<array index>].<server>: 6617175.aurora-pbs-0001.hostmgmt.cm.aurora.alcf.anl.gov, 1234[7].pbs01
 PBS_JOB_ID = re.compile(r"[0-9]{1,12}(?:\[[0-9]{0,9}\])?(?:\.[A-Za-z0-9][A-Za-z0-9.-]{0,252})?")
@@ -83,20 +81,8 @@ def check_job_id(job_id: str) -> str:
 
 
 def _run(src: PbsSource, argv: list[str]) -> str:
-    """A PBS command's output; its times in UTC (TZ=UTC: qstat prints ctime(3) of the reader's zone)."""
-    try:
-        out = subprocess.run(
-            argv, capture_output=True, text=True, timeout=src.timeout_s, env={**os.environ, "TZ": "UTC"}
-        )
-    except subprocess.TimeoutExpired:
-        raise TransientSourceError(f"{argv[0]} did not answer within {src.timeout_s:g}s", "timeout") from None
-    except FileNotFoundError:
-        raise PbsError(f"{argv[0]}: not installed", connector=CONNECTOR) from None
-    if out.returncode != 0:
-        msg = ((out.stderr or out.stdout).strip().splitlines() or [f"exit {out.returncode}"])[0]
-        transient = re.search(r"cannot connect|Connection refused|timed out", msg, re.I)
-        raise (TransientSourceError if transient else PbsError)(f"{argv[0]} failed: {msg}")
-    return out.stdout
+    """A PBS command's output; its times in UTC (qstat prints ctime(3) of the reader's zone)."""
+    return run_tool(argv, timeout_s=src.timeout_s, error=PbsError, connector=CONNECTOR, transient=PBS_DOWN)
 
 
 def qstat(src: PbsSource, job_id: str | None = None) -> dict[str, Any]:
@@ -250,10 +236,8 @@ def read_bundle(files: dict[str, str], scope: AttemptScope) -> JobRecord:
     )
 
 
-class PbsDetails(Details):
+class PbsDetails(sr.HistoryDetails):
     pbs_version: str | None
-    history_lines: int
-    history_error: str | None
 
 
 @register(CONNECTOR, PbsSource, kind="scheduler")
@@ -274,15 +258,9 @@ def collect(ctx: CollectContext[PbsSource]) -> Collected:
         record = read_record(doc, trace, scope.job_id, ("UTC", scope.timezone), ("pbs:qstat", "pbs:tracejob"))
     except sr.RecordError as exc:
         return cover.outcome(CoverageStatus.error, first_line(exc))
-    with connected(ctx.staging) as con:
-        insert_observations(con, record.observations)
-    return cover.judged(
-        Tally(observations=len(record.observations), unparsed=len(record.problems), gaps=why is not None),
-        error="; ".join(([why] if why else []) + record.problems[:5]) or None,
-        details=PbsDetails(
-            pbs_version=doc.get("pbs_version"), history_lines=len(record.observations) - 1, history_error=why
-        ),
-    )
+    lines = len(record.observations) - 1
+    details = PbsDetails(pbs_version=doc.get("pbs_version"), history_lines=lines, history_error=why)
+    return sr.stage_record(ctx, cover, record, details)
 
 
 # ------------------------------------------------------------------------------ as a scheduler

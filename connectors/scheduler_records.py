@@ -13,11 +13,15 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from workload_attribution.connectors.schedulers import STATE, Fact, Reading, state_table
+from workload_attribution.connectors.coverage import Cover, Tally
+from workload_attribution.connectors.registry import CollectContext, Collected
+from workload_attribution.connectors.schedulers import STATE, Fact, JobRecord, Reading, state_table
 from workload_attribution.contracts.errors import SourceError
 from workload_attribution.contracts.hostlist import expand_hostlist
-from workload_attribution.contracts.models import EARLIEST, LATEST, Observation
+from workload_attribution.contracts.models import EARLIEST, LATEST, Details, Observation
 from workload_attribution.contracts.vocabulary import Source
+from workload_attribution.staging.database import connected
+from workload_attribution.staging.observations import insert_observations
 
 SCHEDULER_JOB = "scheduler_job"  # a scheduler's record of the job (PBS, LSF, Flux ...): its end, read through its table
 SCHEDULER_EVENT = "scheduler_event"  # one entry of the job's history as the scheduler recorded it
@@ -25,6 +29,27 @@ SCHEDULER_EVENT = "scheduler_event"  # one entry of the job's history as the sch
 
 class RecordError(SourceError):
     """The document is not what it claims to be (wrong shape, another job)."""
+
+
+class HistoryDetails(Details):
+    """A scheduler record's coverage details: the history entries read with it, or why there are none
+    (PBS tracejob, LSF bhist, the Flux eventlog)."""
+
+    history_lines: int
+    history_error: str | None
+
+
+def stage_record(ctx: CollectContext[Any], cover: Cover, record: JobRecord, details: HistoryDetails) -> Collected:
+    """Stage a job's record and history for the rules. Covered with gaps when the history could not be
+    read (the record alone still says how the attempt ended) or parts of either could not."""
+    why = details.history_error
+    with connected(ctx.staging) as con:
+        insert_observations(con, record.observations)
+    return cover.judged(
+        Tally(observations=len(record.observations), unparsed=len(record.problems), gaps=why is not None),
+        error="; ".join(([why] if why else []) + record.problems[:5]) or None,
+        details=details,
+    )
 
 
 def _epoch(value: Any, problems: list[str] | None = None, what: str = "time") -> datetime | None:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from workload_attribution.connectors import scheduler_records as sr
+from workload_attribution.connectors.commands import run_tool
 from workload_attribution.connectors.coverage import Cover, Tally
 from workload_attribution.connectors.http import http_get
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # at run time httpx is imported where a request is made: the 
     import httpx
 
 CONNECTOR = "slurm"
+SLURM_DOWN = re.compile(r"Connection refused")  # slurmdbd/slurmctld not reachable: retried
 KNOWN_VERSIONS = ["v0.0.41", "v0.0.40", "v0.0.39", "v0.0.38"]
 STATES = state_table("slurm")
 # A Slurm job id: digits, optionally _array or +het (ASCII only: \d takes digits of any script).
@@ -170,21 +171,10 @@ def _slurm_time(t: datetime) -> str:
 
 
 def _run(src: SlurmSource, args: list[str]) -> str:
-    try:
-        # TZ=UTC: the times given (-S/-E) are UTC wall clock, whatever this host's zone
-        out = subprocess.run(
-            [src.sacct, *args], capture_output=True, text=True, timeout=src.timeout_s, env={**os.environ, "TZ": "UTC"}
-        )
-    except subprocess.TimeoutExpired:
-        raise TransientSourceError(f"sacct did not answer within {src.timeout_s:g}s", "timeout") from None
-    except FileNotFoundError:
-        raise SlurmError(f"{src.sacct}: not installed", connector=CONNECTOR) from None
-    if out.returncode != 0:
-        msg = (out.stderr or out.stdout).strip().splitlines()
-        raise (TransientSourceError if "Connection refused" in (out.stderr or "") else SlurmError)(
-            f"sacct failed: {msg[0] if msg else out.returncode}"
-        )
-    return out.stdout
+    """sacct's output; -S/-E are read as UTC wall clock (run in UTC, whatever this host's zone)."""
+    return run_tool(
+        [src.sacct, *args], timeout_s=src.timeout_s, error=SlurmError, connector=CONNECTOR, transient=SLURM_DOWN
+    )
 
 
 def _raw_exit_cli(src: SlurmSource, job_id: str) -> str | None:

@@ -178,6 +178,8 @@ SCOPE = "cluster: c\nscheduler: slurm\njob_id: 1\nattempt: 0\nnodes: [a, b]\nsta
         ("end: 2026-01-01T01:00:00Z\nstate: FAILED\nexit_code: true\n", "field 'exit_code': True is a bool"),
         ("end: 2026-01-01T01:00:00Z\nstate: FAILED\nexit_code: [1]\n", "a string or an integer"),
         ("end: 2025-12-31T23:00:00Z\nstate: FAILED\n", "field 'start/end': end (2025-12-31T23:00:00+00:00) is before"),
+        ("end: 2026-01-01T01:00:00Z\nstate: FAILD\n", "field 'state': 'FAILD' is not a slurm state (its table's: "),
+        ("end: 2026-01-01T01:00:00Z\nstate: Finished\n", "field 'state': 'Finished' is not a slurm state"),
     ],
 )
 def test_attempt_yaml_is_strict_and_names_the_field(tmp_path, tail, message):
@@ -192,6 +194,27 @@ def test_attempt_yaml_is_strict_and_names_the_field(tmp_path, tail, message):
 def test_exit_codes_as_schedulers_write_them_are_read(tmp_path, written, read):
     (tmp_path / "attempt.yaml").write_text(SCOPE + f"end: 2026-01-01T01:00:00Z\nstate: FAILED\nexit_code: {written}\n")
     assert load_scope(tmp_path).exit_code == read
+
+
+@pytest.mark.parametrize(
+    "scheduler,state",
+    [
+        ("slurm", "CANCELLED by 0"),  # Slurm's state with its actor: the first word is the state
+        ("slurm", "failed"),  # case aside
+        ("kueue", "Finished"),  # the Workload's condition without its reason
+        ("kueue", "Failed"),  # the Job's own condition
+        ("pbs", "F"),
+        ("lsf", "EXIT"),
+        ("flux", "INACTIVE"),
+        ("static", "NODE_FAIL"),
+    ],
+)
+def test_each_scheduler_takes_the_states_of_its_own_table(tmp_path, scheduler, state):
+    scope = SCOPE.replace("scheduler: slurm", f"scheduler: {scheduler}")
+    if scheduler == "pbs":
+        scope = scope.replace("job_id: 1\n", "job_id: 1.pbs01\n")
+    (tmp_path / "attempt.yaml").write_text(scope + f"end: 2026-01-01T01:00:00Z\nstate: {state}\n")
+    assert load_scope(tmp_path).state == state
 
 
 def test_missing_attempt_yaml(tmp_path):
