@@ -23,6 +23,9 @@ import pytest
 from tests.hostile import build as corpus
 from workload_attribution.cli import main
 
+# a long operational proof: the slow tier (`pytest -m slow`, run by .ci/run after the default tier)
+pytestmark = pytest.mark.slow
+
 DEADLINE_S = 300
 CASES = [c for c in corpus.CASES if not (c.root_only and os.geteuid() != 0)]
 

@@ -24,6 +24,9 @@ import pytest
 from tests.conftest import EXAMPLES, WORKED
 from tests.waiting import duckdb_held_by_another_process
 
+# a long operational proof: the slow tier (`pytest -m slow`, run by .ci/run after the default tier)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 LAUNCHER = """
@@ -41,6 +44,7 @@ else:
     setattr(steps, {"scope": "scope_attempt", "collect": "collect_source", "normalize": "normalize_collected",
                     "attribute": "attribute"}[stage], die)
 from workload_attribution.cli import main
+
 sys.exit(main(sys.argv[1:]))
 """
 

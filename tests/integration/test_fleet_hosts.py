@@ -29,6 +29,9 @@ from tests.bench.webhook_burst import runs_per_key
 from tests.services.netns import Host
 from workload_attribution.warehouse.store import Warehouse, views
 
+# a long operational proof: the slow tier (`pytest -m slow`, run by .ci/run after the default tier)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 OOM = ROOT / "tests" / "regression" / "host_oom_kueue-1-0"
 CLUSTER, NAMESPACE = "k8s", "team-a"  # trigger_storm.body names these

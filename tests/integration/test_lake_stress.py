@@ -55,6 +55,9 @@ TABLES = (
     "topology_links",
 )
 
+# a long operational proof: the slow tier (`pytest -m slow`, run by .ci/run after the default tier)
+pytestmark = pytest.mark.slow
+
 
 def _diagnosed(base: Path) -> list[tuple[Diagnosis, list]]:
     """Six fleet attempts diagnosed in this process, each with the topology the pipeline would write."""

@@ -40,6 +40,9 @@ from tests.services.prometheus import free_port
 from tests.waiting import wait_until
 from workload_attribution.service.auth import sign
 
+# a long operational proof: the slow tier (`pytest -m slow`, run by .ci/run after the default tier)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 HOOK = ROOT / "deployments" / "slurm" / "attribution-hook"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

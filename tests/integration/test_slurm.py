@@ -170,6 +170,7 @@ def test_discovers_failed_attempts_in_a_window(slurm, jobs):
     assert jobs["ok"] not in found
 
 
+@pytest.mark.slow  # Slurm ends a job at its limit by the minute: over a minute of waiting
 def test_timeout(slurm, jobs):
     wait_for(slurm, jobs["timeout"], ["TIMEOUT"], timeout=180)
     assert scope_job(SlurmSource(rest_url=slurm["SLURMRESTD_URL"]), "ci", jobs["timeout"]).state == "TIMEOUT"

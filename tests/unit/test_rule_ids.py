@@ -69,6 +69,7 @@ BUNDLES = sorted(p.parent for p in (ROOT / "tests" / "real").glob("*/attempt.yam
 )
 
 
+@pytest.mark.slow  # the whole corpus diagnosed twice: about three minutes of one core
 def test_renaming_every_rule_changes_no_diagnosis(packs):
     from concurrent.futures import ThreadPoolExecutor
 
