@@ -17,7 +17,7 @@ from workload_attribution.rules.runner import RunResult, run_rule
 from workload_attribution.rules.settings import Settings
 from workload_attribution.staging.attempt import create_staging
 from workload_attribution.staging.database import connected, release_staging
-from workload_attribution.staging.lines import Line, stage_lines
+from workload_attribution.staging.lines import Line, Stream, stage_streams
 from workload_attribution.staging.normalize import normalize
 from workload_attribution.staging.observations import insert_observations
 
@@ -69,15 +69,16 @@ def claims(pack: Pack, probes: list[Probe], rules: list[Rule] | None = None, res
 
 
 def _stage(con: Any, probes: list[Probe], scope: AttemptScope) -> None:
-    records = []
+    records, streams = [], []
     for i, p in enumerate(probes):
         if p.source in RECORD_SOURCES:
             records.append(
                 Observation(source=p.source, connector="test", kind="k8s_event", text=p.text, path=f"probe/{i}")
             )
         else:
-            stage_lines(con, p.source, "test", p.node, f"probe/{i}", [Line(p.text, 1)])
-    if len(records) < len(probes):
+            streams.append(Stream(p.source, "test", p.node, f"probe/{i}", [Line(p.text, 1)]))
+    stage_streams(con, streams)
+    if streams:
         normalize(con, scope.timezone, scope.start.replace(tzinfo=None), {})
     if records:
         insert_observations(con, records)

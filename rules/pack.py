@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from workload_attribution.contracts.vocabulary import Action, Confidence, SubDomain, TerminalState, check_pair
 from workload_attribution.rules.catalog import CatalogError, CatalogRow, load_catalog, read_catalog
@@ -181,6 +181,7 @@ class Pack(BaseModel):
     broken: list[dict[str, str]] = Field(
         default_factory=list, description="rule files left out (load_pack(skip_broken=True)): rule, error"
     )
+    _memo: dict[tuple[Any, ...], list[str]] = PrivateAttr(default_factory=dict)
     catalog: list[CatalogRow] = Field(default_factory=list, description="the message catalogs' rows (catalogs/*.csv)")
 
     @property
@@ -194,18 +195,28 @@ class Pack(BaseModel):
     def prefilter(self, source: str) -> list[str]:
         """The literals a line of the source must hold to be kept: the extract rules' own and,
         for rules reading the catalogs, their rows'. A literal holding another adds nothing."""
-        lits: set[str] = set()
-        for r in self.rules:
-            if r.phase == "extract" and source in r.sources:
-                lits.update(self.rule_literals(r, source))
-        return _minimal(lits)
+        return self._literals(None, source)
 
     def rule_literals(self, rule: Rule, source: str) -> list[str]:
         """One extract rule's literals for a source (its tests keep lines by these)."""
-        lits = set(rule.prefilter)
-        if rule.catalog and source in rule.sources:
-            lits.update(lit for row in self.catalog if source in row.sources for lit in row.literals)
-        return _minimal(lits)
+        return self._literals(rule, source)
+
+    def _literals(self, rule: Rule | None, source: str) -> list[str]:
+        # Minimising a few thousand literals takes milliseconds and every attempt asks for each of
+        # its sources: kept per pack, keyed by the rules and rows they come from (a pack's lists
+        # may be replaced or appended to after loading).
+        rules = [rule] if rule is not None else [r for r in self.rules if r.phase == "extract" and source in r.sources]
+        key = (rule is None, source, id(self.catalog), len(self.catalog), *map(_literal_key, rules))
+        found = self._memo.get(key)
+        if found is None:
+            if rule is None:
+                lits = {lit for r in rules for lit in self._literals(r, source)}
+            else:
+                lits = set(rule.prefilter)
+                if rule.catalog and source in rule.sources:
+                    lits.update(lit for row in self.catalog if source in row.sources for lit in row.literals)
+            found = self._memo[key] = _minimal(lits)
+        return list(found)
 
     def by_phase(self, phase: str) -> list[Rule]:
         """A phase's rules in run order: by `order`, which validation makes unique where order
@@ -215,6 +226,11 @@ class Pack(BaseModel):
     def rank(self, rule_id: str) -> int:
         """A verdicts rule's place in the precedence (0 wins)."""
         return self.precedence.index(rule_id) if rule_id in self.precedence else len(self.precedence)
+
+
+def _literal_key(rule: Rule) -> tuple[Any, ...]:
+    """What a rule's literals come from."""
+    return (id(rule), tuple(rule.prefilter), tuple(rule.sources), rule.catalog)
 
 
 def _minimal(literals: set[str]) -> list[str]:

@@ -23,7 +23,7 @@ from workload_attribution.rules.graph import produces
 from workload_attribution.rules.pack import Pack, PackTest, Rule, RuleTest
 from workload_attribution.staging.attempt import create_staging
 from workload_attribution.staging.database import connected, release_staging, rows, scalar
-from workload_attribution.staging.lines import Line, stage_lines
+from workload_attribution.staging.lines import Line, Stream, stage_streams
 from workload_attribution.staging.normalize import normalize
 from workload_attribution.staging.observations import insert_observations
 
@@ -107,15 +107,15 @@ def _load_lines(
         by_file.setdefault((x["source"], x.get("node")), [])
         if keep is None or keep(x["source"], x["text"]):
             by_file[(x["source"], x.get("node"))].append(x["text"])
-    for (source, node), texts in by_file.items():
-        stage_lines(
-            con,
-            source,
-            "test",
-            node,
-            f"logs/{source}/{node or 'ctl'}.log",
-            [Line(t, i) for i, t in enumerate(texts, 1)],
-        )
+    stage_streams(
+        con,
+        [
+            Stream(
+                source, "test", node, f"logs/{source}/{node or 'ctl'}.log", [Line(t, i) for i, t in enumerate(texts, 1)]
+            )
+            for (source, node), texts in by_file.items()
+        ],
+    )
     if case.lines:
         normalize(con, scope.timezone, scope.start.replace(tzinfo=None), {})
 

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import duckdb
 
-from workload_attribution.staging.database import MAX_TEXT, naive_utc, scalar
+from workload_attribution.staging.database import MAX_TEXT, naive_utc
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,19 @@ class Line:
     collector_time: datetime | None = None
 
 
+@dataclass(frozen=True)
+class Stream:
+    """One stream's lines (a file, a host's stream): `ref` is how evidence names it (a path, a
+    query); `total_lines` how many lines it had before any pre-filter (for coverage), default all."""
+
+    source: str
+    connector: str
+    node: str | None
+    ref: str
+    lines: Sequence[Line]
+    total_lines: int | None = None
+
+
 def stage_lines(
     con: duckdb.DuckDBPyConnection,
     source: str,
@@ -31,22 +44,37 @@ def stage_lines(
     lines: Sequence[Line],
     total_lines: int | None = None,
 ) -> int:
-    """Store one stream's lines (a file, a host's stream) as raw lines; returns the file id.
-    `ref` is how evidence names the stream (a path, a query); `total_lines` how many lines the
-    stream had before any pre-filter (for coverage), default len(lines)."""
-    file_id = scalar(con, "SELECT nextval('file_seq')")
+    """Store one stream's lines as raw lines; returns the file id."""
+    return stage_streams(con, [Stream(source, connector, node, ref, lines, total_lines)])[0]
+
+
+def stage_streams(con: duckdb.DuckDBPyConnection, streams: Sequence[Stream]) -> list[int]:
+    """Store streams' lines as raw lines, in three statements however many streams there are (a
+    pack's test lines are thousands of one-line streams); returns their file ids, in order."""
+    if not streams:
+        return []
+    ids = [int(r[0]) for r in con.execute("SELECT nextval('file_seq') FROM range(?)", [len(streams)]).fetchall()]
     con.execute(
-        "INSERT INTO source_files VALUES (?, ?, ?, ?, ?, ?, 0, 0, NULL, NULL)",
-        [file_id, source, connector, node, ref, len(lines) if total_lines is None else total_lines],
+        "INSERT INTO source_files SELECT unnest($i), unnest($s), unnest($c), unnest($n), unnest($r), unnest($t), "
+        "0, 0, NULL, NULL",
+        {
+            "i": ids,
+            "s": [x.source for x in streams],
+            "c": [x.connector for x in streams],
+            "n": [x.node for x in streams],
+            "r": [x.ref for x in streams],
+            "t": [len(x.lines) if x.total_lines is None else x.total_lines for x in streams],
+        },
     )
-    if lines:
+    owned = [(file_id, line) for file_id, x in zip(ids, streams) for line in x.lines]
+    if owned:
         con.execute(
-            "INSERT INTO raw_lines SELECT $f, unnest($n), unnest($l), NULL, unnest($t)",
+            "INSERT INTO raw_lines SELECT unnest($f), unnest($n), unnest($l), NULL, unnest($t)",
             {
-                "f": file_id,
-                "n": [x.lineno for x in lines],
-                "l": [x.text[:MAX_TEXT] for x in lines],
-                "t": [naive_utc(x.collector_time) for x in lines],
+                "f": [f for f, _ in owned],
+                "n": [x.lineno for _, x in owned],
+                "l": [x.text[:MAX_TEXT] for _, x in owned],
+                "t": [naive_utc(x.collector_time) for _, x in owned],
             },
         )
-    return file_id
+    return ids

@@ -61,6 +61,7 @@ def test_s3_credentials_come_from_the_aws_variables_and_are_never_shown():
     assert "AKID" not in str(missing.value) + str(bad.value)
 
 
+@pytest.mark.slow  # with test_lake_stress.py: the proof of one current diagnosis under concurrent writers
 def test_concurrent_writers_lose_nothing_and_views_match_local(postgres, seeded_warehouse, tmp_path):
     from workload_attribution.flows.backfill import backfill_inline
 

@@ -176,6 +176,7 @@ def test_timeout(slurm, jobs):
     assert scope_job(SlurmSource(rest_url=slurm["SLURMRESTD_URL"]), "ci", jobs["timeout"]).state == "TIMEOUT"
 
 
+@pytest.mark.slow  # it waits for the earlier job's time limit too
 def test_an_earlier_jobs_time_limit_on_the_node_is_not_this_jobs(slurm, jobs):
     """A job failing on a node right after another job hit its time limit there: the node's slurmd log
     (collected as its syslog) holds `*** JOB <earlier> ON <node> CANCELLED AT ... DUE TO TIME LIMIT ***`
