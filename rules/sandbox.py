@@ -135,7 +135,7 @@ class Snapshots:
     name (temp comes first in DuckDB's search path), made when first named and dropped as soon as
     anything may have changed events."""
 
-    VIEWS = ("failure_window", "root_candidates")  # in dependency order
+    VIEWS = ("failure_window", "root_candidates", "scheduler_final")  # in dependency order
 
     def __init__(self) -> None:
         self.made: list[str] = []

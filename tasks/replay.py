@@ -135,9 +135,11 @@ class Replayer:
         if self.diff.same:
             return Replayed(old=archived, new=archived, how="alike")
         start = self.start_of(manifest)
-        self.old_db.load(manifest, lines, start)
+        screened = self.screen == start
         self._new_loaded = False
-        if self.screen == start and self._outputs_agree(manifest, lines, start):
+        if screened or archived is None:  # the shipped pack's database is needed: to screen, or to diagnose
+            self.old_db.load(manifest, lines, start)
+        if screened and self._outputs_agree(manifest, lines, start):
             return Replayed(old=archived, new=archived, how="screened")
         old = archived or self.old_db.diagnose(manifest, start)
         return Replayed(old=old, new=self._new(manifest, lines, start).diagnose(manifest, start), how=f"from {start}")
