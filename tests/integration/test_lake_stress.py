@@ -17,11 +17,12 @@ one row per attempt, each the version precedence says, and every table's count a
 view equal to a single writer's warehouse that wrote each version once, the winner first (so the
 winner is never simply the last write).
 
-    ATTRIBUTION_STRESS_ROUNDS=1 python -m pytest -q -n 2 tests/integration/test_lake_stress.py
+    ATTRIBUTION_STRESS_ROUNDS=1 python -m pytest -q -n 2 -m slow tests/integration/test_lake_stress.py
 
-The default run is one round per backend (ATTRIBUTION_STRESS_ROUNDS); the proof of issue 29 is twenty runs in a row:
+It is in the slow tier; its run there is one round per backend (ATTRIBUTION_STRESS_ROUNDS); the proof
+of issue 29 is twenty runs in a row:
 
-    for i in $(seq 20); do .venv/bin/python -m pytest -q -n 2 tests/integration/test_lake_stress.py || break; done
+    for i in $(seq 20); do .venv/bin/python -m pytest -q -n 2 -m slow tests/integration/test_lake_stress.py || break; done
 """
 
 from __future__ import annotations
