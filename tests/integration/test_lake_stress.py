@@ -22,7 +22,9 @@ winner is never simply the last write).
 It is in the slow tier; its run there is one round per backend (ATTRIBUTION_STRESS_ROUNDS); the proof
 of issue 29 is twenty runs in a row:
 
-    for i in $(seq 20); do .venv/bin/python -m pytest -q -n 2 -m slow tests/integration/test_lake_stress.py || break; done
+    for i in $(seq 20); do
+        .venv/bin/python -m pytest -q -n 2 -m slow tests/integration/test_lake_stress.py || break
+    done
 """
 
 from __future__ import annotations
