@@ -110,10 +110,11 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
         if not path.exists():
             _create_whole(path)
     while True:
+        before = _identity(path)
         try:
             return duckdb.connect(str(path), read_only=read_only)
         except duckdb.IOException as exc:
-            being_created = _being_created(path, exc)
+            being_created = _identity(path) != before or _being_created(path, exc)
             if "not a valid DuckDB database" in str(exc) and not being_created:  # names something else: say which
                 raise WarehouseConfigError(f"{path}: not a DuckDB database file (the warehouse must be one)") from None
             if "lock" not in str(exc).lower() and not being_created:
@@ -147,6 +148,17 @@ def _create_whole(path: Path) -> None:
 # A DuckDB file's main header and its two database headers, each a 4 KiB block: a file shorter
 # than that is one another process has created and not yet written its headers to.
 _HEADERS_BYTES = 3 * 4096
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """Which file a path names and how far it has been written. A creator that links its finished
+    file into place while this process reads the empty one it replaces changes it; the error then
+    describes the file that was, and the next try reads the one that is."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _being_created(path: Path, exc: duckdb.IOException) -> bool:

@@ -207,6 +207,30 @@ def test_a_warehouse_another_writer_is_creating_is_waited_for(tmp_path, diagnosi
     assert time.monotonic() - started < 10
 
 
+def test_a_warehouse_finished_while_it_was_being_read_is_read_again(tmp_path, diagnosis):
+    """The race CI met: DuckDB read the creator's empty file, the creator linked its finished one into
+    place, and only then was the path looked at again. The error describes the file that was; the
+    writer tries the one that is, never calling a real warehouse "not a DuckDB database"."""
+    made = tmp_path / "made.duckdb"
+    Warehouse(made).write(diagnosis)
+    wh = tmp_path / "w.duckdb"
+    wh.touch()
+    real_connect = duckdb.connect
+    tries = []
+
+    def finished_mid_read(*args, **kwargs):
+        tries.append(args[0])
+        if len(tries) == 1:  # read the empty file; the finished one lands before the error is looked at
+            made.replace(wh)
+            raise duckdb.IOException(f'IO Error: The file "{wh}" exists, but it is not a valid DuckDB database file!')
+        return real_connect(*args, **kwargs)
+
+    with mock.patch.object(duckdb, "connect", finished_mid_read):
+        assert Warehouse(wh, lock_wait_s=5).write(diagnosis)
+    assert len(tries) == 2
+    assert Warehouse(wh).query("SELECT count(*) FROM diagnoses")[1] == [(1,)]
+
+
 def test_which_lake_errors_a_writer_retries():
     """A lake write or maintenance step that lost a race is retried (the catalog's own serialization
     failure included, as DuckLake words it); anything else fails at once, never retried blindly."""
