@@ -27,6 +27,7 @@ from workload_attribution.rules import report
 from workload_attribution.rules.diff import PackDiff, diff, prefix_digest
 from workload_attribution.rules.engine import RunResult, Settings, prepare, run_phases, run_rule
 from workload_attribution.rules.pack import Pack, Rule
+from workload_attribution.rules.sandbox import Snapshots
 from workload_attribution.staging.database import connect, new_staging_path, open_staging, release_staging
 from workload_attribution.staging.snapshot import EVIDENCE_TABLES, load
 from workload_attribution.tasks.steps import record_coverage
@@ -47,6 +48,9 @@ class PackDatabase:
         self.con = connect(self.path)
         self.con.execute("SET threads = 1")  # replays run side by side in processes, one core each
         prepare(self.con, pack, settings)
+        # the engine's views as the loaded events make them, for the differing rules compared
+        # side by side (each would plan them anew): dropped before the events change
+        self.snapshots = Snapshots()
 
     def close(self) -> None:
         self.con.close()
@@ -55,6 +59,7 @@ class PackDatabase:
     def load(self, manifest: Manifest, evidence: list[bytes], start: str) -> None:
         """Clear the last attempt; load this one's evidence and coverage, and its events as
         `start` began (from the archive) unless it starts at extract."""
+        self.snapshots.drop(self.con)
         for table in ATTEMPT_TABLES:
             self.con.execute(f"DELETE FROM {table}")
         load(self.con, evidence)
@@ -64,10 +69,13 @@ class PackDatabase:
         last = self.con.execute("SELECT coalesce(max(event_id), 0) + 1 FROM events").fetchone()
         self.con.execute(f"DROP SEQUENCE IF EXISTS event_seq; CREATE SEQUENCE event_seq START {last[0] if last else 1}")
 
-    def diagnose(self, manifest: Manifest, start: str) -> Outcome:
-        """The phases from `start` on, over what `load` left: the verdict."""
-        result = run_phases(self.con, self.pack, self.settings, prepared=True, start=start)
-        d = report.build(self.con, manifest.attempt, manifest.coverage, result, self.pack.version, [])
+    def diagnose(self, manifest: Manifest, start: str, pack: Pack | None = None) -> Outcome:
+        """The phases of `pack` (this database's own, or one prepared alike) from `start` on, over
+        what `load` left: the verdict."""
+        pack = pack or self.pack
+        self.snapshots.drop(self.con)
+        result = run_phases(self.con, pack, self.settings, prepared=True, start=start)
+        d = report.build(self.con, manifest.attempt, manifest.coverage, result, pack.version, [])
         return Outcome.of(d)
 
     def output_of(self, rule: Rule | None, pack: Pack) -> list[tuple[Any, ...]]:
@@ -76,7 +84,7 @@ class PackDatabase:
         if rule is None:
             return []
         table = "events" if rule.output == "events" else "verdicts"
-        run_rule(self.con, pack, rule, self.settings, RunResult())
+        run_rule(self.con, pack, rule, self.settings, RunResult(), self.snapshots)
         cols = "* EXCLUDE (event_id)" if table == "events" else "*"
         rows = self.con.execute(f"SELECT {cols} FROM {table} WHERE rule_id = ?", [rule.id]).fetchall()
         self.con.execute(f"DELETE FROM {table} WHERE rule_id = ?", [rule.id])
@@ -141,8 +149,18 @@ class Replayer:
             self.old_db.load(manifest, lines, start)
         if screened and self._outputs_agree(manifest, lines, start):
             return Replayed(old=archived, new=archived, how="screened")
-        old = archived or self.old_db.diagnose(manifest, start)
-        return Replayed(old=old, new=self._new(manifest, lines, start).diagnose(manifest, start), how=f"from {start}")
+        if screened and archived is not None and self._screen_leaves_it_loaded(start):
+            new = self.old_db.diagnose(manifest, start, self.candidate)
+        else:
+            new = self._new(manifest, lines, start).diagnose(manifest, start)
+        return Replayed(old=archived or self.old_db.diagnose(manifest, start), new=new, how=f"from {start}")
+
+    def _screen_leaves_it_loaded(self, start: str) -> bool:
+        """Whether the candidate may run where its screen ran, in the shipped pack's database: a
+        verdicts screen leaves it as loaded (the rows it added removed again, no event touched),
+        and the packs share everything a database is prepared with (data, catalogs, modules,
+        definitions), so it saves loading the attempt again."""
+        return start == "final" and not self.diff.foundations
 
     def _new(self, manifest: Manifest, lines: list[bytes], start: str) -> PackDatabase:
         """The candidate's database, this attempt loaded in it."""
