@@ -112,6 +112,11 @@ class Replayer:
         self.given = settings_dict(settings)
         self.prefixes = {p: prefix_digest(shipped, p, self.given) for p in ("early", "final")}
         self.screen = screen_phase(self.diff, shipped, candidate)
+        # A failed screen's candidate runs where the screen ran, in the shipped pack's database: a
+        # verdicts screen leaves it as loaded (the rows it added removed again, no event touched),
+        # and packs that share everything a database is prepared with (data, catalogs, modules,
+        # definitions) would prepare the candidate's alike; one load of the attempt saved.
+        self.candidate_where_screened = self.screen == "final" and not self.diff.foundations
         self.old_db = PackDatabase(shipped, settings)
         self.new_db = PackDatabase(candidate, settings)
         self._new_loaded = False
@@ -149,18 +154,11 @@ class Replayer:
             self.old_db.load(manifest, lines, start)
         if screened and self._outputs_agree(manifest, lines, start):
             return Replayed(old=archived, new=archived, how="screened")
-        if screened and archived is not None and self._screen_leaves_it_loaded(start):
+        if screened and archived is not None and self.candidate_where_screened:
             new = self.old_db.diagnose(manifest, start, self.candidate)
         else:
             new = self._new(manifest, lines, start).diagnose(manifest, start)
         return Replayed(old=archived or self.old_db.diagnose(manifest, start), new=new, how=f"from {start}")
-
-    def _screen_leaves_it_loaded(self, start: str) -> bool:
-        """Whether the candidate may run where its screen ran, in the shipped pack's database: a
-        verdicts screen leaves it as loaded (the rows it added removed again, no event touched),
-        and the packs share everything a database is prepared with (data, catalogs, modules,
-        definitions), so it saves loading the attempt again."""
-        return start == "final" and not self.diff.foundations
 
     def _new(self, manifest: Manifest, lines: list[bytes], start: str) -> PackDatabase:
         """The candidate's database, this attempt loaded in it."""
