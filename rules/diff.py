@@ -17,6 +17,7 @@ from typing import Any
 
 from workload_attribution.rules.pack import PHASES, Pack, Rule
 from workload_attribution.rules.pack_data import DATA_DIR, PACK_DATA
+from workload_attribution.rules.phases import RESUMABLE, resume_point
 
 # What a rule decides with; the rest of its file is documentation and tests.
 _INERT = {"tests", "description", "labels", "path"}
@@ -74,6 +75,7 @@ def _choice(pack: Pack) -> str:
 class PackDiff:
     rules: dict[str, str] = field(default_factory=dict)  # rule id -> added | removed | changed
     phases: dict[str, str] = field(default_factory=dict)  # rule id -> its phase (in either pack)
+    points: dict[str, str] = field(default_factory=dict)  # rule id -> its resume point (phases.py)
     outputs: dict[str, str] = field(default_factory=dict)  # rule id -> its output kind (in either pack)
     foundations: list[str] = field(default_factory=list)  # data files, modules, definitions that differ
     choice: bool = False  # the precedence or the fallback verdict differs
@@ -83,12 +85,13 @@ class PackDiff:
         return not (self.rules or self.foundations or self.choice)
 
     @property
-    def first_phase(self) -> str | None:
-        """The first phase a run of the two packs can part in; None: they decide alike."""
+    def first_point(self) -> str | None:
+        """The first point of a run (phases.RESUMABLE) after which the two packs can part; None:
+        they decide alike."""
         if self.foundations:
             return "extract"
-        phases = [self.phases[r] for r in self.rules] + (["final"] if self.choice else [])
-        return min(phases, key=PHASES.index) if phases else None
+        points = [self.points[r] for r in self.rules] + (["final"] if self.choice else [])
+        return min(points, key=RESUMABLE.index) if points else None
 
     def describe(self) -> list[str]:
         out = [f"rule {r} {how}" for r, how in sorted(self.rules.items())]
@@ -105,6 +108,7 @@ def diff(shipped: Pack, candidate: Pack) -> PackDiff:
         if a is None or b is None or rule_digest(a) != rule_digest(b):
             d.rules[rid] = "added" if a is None else "removed" if b is None else "changed"
             d.phases[rid] = min((r.phase for r in (a, b) if r), key=PHASES.index)
+            d.points[rid] = min((resume_point(r) for r in (a, b) if r), key=RESUMABLE.index)
             d.outputs[rid] = (b or a).output  # type: ignore[union-attr]  # one of them is a rule
     fa, fb = foundations(shipped), foundations(candidate)
     d.foundations = sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
@@ -112,9 +116,13 @@ def diff(shipped: Pack, candidate: Pack) -> PackDiff:
     return d
 
 
-def prefix_digest(pack: Pack, phase: str, settings: dict[str, Any]) -> str:
-    """What the events at the start of `phase` depend on: the settings, the foundations and the
-    rules of the phases before it. Equal digests: equal events, on the same evidence."""
-    before = PHASES[: PHASES.index(phase)]
-    rules = [[r.id, rule_digest(r)] for p in before for r in pack.by_phase(p)]
-    return _digest([settings, foundations(pack), rules])
+def prefix_digest(pack: Pack, point: str, settings: dict[str, Any]) -> str:
+    """What the state at `point` (phases.RESUMABLE) depends on: the settings, the foundations, the
+    rules that run before it and, once the verdict is chosen, the choice. Equal digests: equal
+    state, on the same evidence."""
+    before = RESUMABLE[: RESUMABLE.index(point)]
+    rules = [[r.id, rule_digest(r)] for p in PHASES for r in pack.by_phase(p) if resume_point(r) in before]
+    parts: list[Any] = [settings, foundations(pack), rules]
+    if "final" in before:
+        parts.append(_choice(pack))
+    return _digest(parts)

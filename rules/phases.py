@@ -107,10 +107,19 @@ def _write_symptom_defs(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
     )
 
 
-# Where a run may start: an archived attempt replayed from its events as they stood when that phase
-# began (tasks/replay.py) runs only that phase and the ones after it.
-RESUMABLE = ("extract", "early", "final")
+# Where a run may start: an archived attempt replayed from its state as it stood at one of these
+# points (tasks/replay.py) runs only what comes after. "roles" is the final phase once its verdict
+# is chosen: its roles, annotations and actions rules, then the report phase's.
+RESUMABLE = ("extract", "early", "final", "roles")
 Checkpoint = Callable[[str, duckdb.DuckDBPyConnection], None]
+
+
+def resume_point(rule: Rule) -> str:
+    """The last point a rule runs after: its phase, but "roles" for a final rule that gives no
+    verdict and for a report rule (both run once the verdict is chosen)."""
+    if rule.phase == "report" or (rule.phase == "final" and rule.output != "verdicts"):
+        return "roles"
+    return rule.phase
 
 
 def run_phases(
@@ -121,8 +130,8 @@ def run_phases(
     start: str = "extract",
     checkpoint: Checkpoint | None = None,
 ) -> RunResult:
-    """The phases from `start` on; `checkpoint(phase, con)` is called as early and final begin
-    (the events as they stand then are what a replay from that phase starts with)."""
+    """The phases from `start` (a point of RESUMABLE) on; `checkpoint(point, con)` is called at
+    each point after extract (the state then is what a replay from that point starts with)."""
     settings = settings or Settings()
     result = RunResult(failed=list(pack.broken))
     if not prepared:
@@ -148,10 +157,11 @@ def run_phases(
             renumber_events(con)
         if begin("early"):
             run(pack.by_phase("early"))
-        begin("final")
         final = pack.by_phase("final")
-        run([r for r in final if r.output == "verdicts"])
-        choose_verdict(con, pack)
+        if begin("final"):
+            run([r for r in final if r.output == "verdicts"])
+            choose_verdict(con, pack)
+        begin("roles")
         run([r for r in final if r.output not in ("verdicts", "actions")])
         run([r for r in final if r.output == "actions"])
         run(pack.by_phase("report"))

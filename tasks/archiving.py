@@ -1,7 +1,7 @@
-"""The evidence archive's ends in the story (warehouse/archive.py holds the archive): the events
-kept as each rule phase begins, while the rules run, and the attempt archived as its diagnosis is
-published: the staged evidence of every source, the scope, the coverage, the verdict the rules
-gave, and those events (a replay of a later phase starts from them).
+"""The evidence archive's ends in the story (warehouse/archive.py holds the archive): the state
+kept at each point of the rules' run, while the rules run, and the attempt archived as its
+diagnosis is published: the staged evidence of every source, the scope, the coverage, the verdict
+the rules gave, and that state (a replay from a later point starts from it).
 """
 
 from __future__ import annotations
@@ -29,27 +29,41 @@ from workload_attribution.warehouse.archive import (
 
 log = logging.getLogger("attribution.archive")
 
-# where the events as a phase began are kept in the staging database, until the attempt is archived
+# where the state at each point of the run is kept in the staging database, until the attempt is
+# archived: the events, and once the verdict is chosen the verdicts too (table -> its rows' order)
 SCHEMA = "archive_checkpoint"
-CHECKPOINT_PHASES = ("early", "final")
+KEPT = {
+    "early": {"events": "event_id"},
+    "final": {"events": "event_id"},
+    "roles": {"events": "event_id", "verdicts": "rule_id", "verdict": "rule_id"},
+}
 
 
-def keep_events(phase: str, con: duckdb.DuckDBPyConnection) -> None:
-    """rules.phases.run_phases' checkpoint: the events as `phase` begins."""
+def keep_checkpoint(point: str, con: duckdb.DuckDBPyConnection) -> None:
+    """rules.phases.run_phases' checkpoint: the tables the rules have made as `point` begins."""
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-    con.execute(f"CREATE OR REPLACE TABLE {SCHEMA}.events_{phase} AS SELECT * FROM events")
+    for table in KEPT.get(point, {}):
+        con.execute(f"CREATE OR REPLACE TABLE {SCHEMA}.{table}_{point} AS SELECT * FROM {table}")
 
 
-def _events_text(con: duckdb.DuckDBPyConnection, phase: str) -> str | None:
-    table = f"{SCHEMA}.events_{phase}"
+def _kept_text(con: duckdb.DuckDBPyConnection, point: str, table: str) -> str | None:
+    kept = f"{table}_{point}"
     known = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?", [SCHEMA, f"events_{phase}"]
+        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?", [SCHEMA, kept]
     ).fetchone()
     if not known or not known[0]:
         return None
     parts: list[bytes] = []
-    dump(con, {table: "event_id"}, parts.append)
+    dump(con, {f"{SCHEMA}.{kept}": KEPT[point][table]}, parts.append)
     return b"".join(parts).decode()
+
+
+def _checkpoint(con: duckdb.DuckDBPyConnection, point: str, prefix: str) -> Checkpoint | None:
+    texts = {table: _kept_text(con, point, table) for table in KEPT[point]}
+    if any(text is None for text in texts.values()):  # the run never reached the point
+        return None
+    events = texts.pop("events") or ""
+    return Checkpoint(prefix=prefix, events=events, tables={t: text or "" for t, text in texts.items()})
 
 
 def archive_attempt(
@@ -67,9 +81,9 @@ def archive_attempt(
         packed = Packed(max_bytes)
         with connected(staging) as con:
             rows = dump(con, EVIDENCE_TABLES, packed.write)
-            events = {phase: _events_text(con, phase) for phase in CHECKPOINT_PHASES}
+            given = settings_dict(settings)
+            kept = {point: _checkpoint(con, point, prefix_digest(pack, point, given)) for point in KEPT}
         digest, body = packed.finish()
-        given = settings_dict(settings)
         manifest = Manifest(
             diagnosis_id=diagnosis.diagnosis_id,
             attempt=diagnosis.attempt,
@@ -82,11 +96,7 @@ def archive_attempt(
             settings=given,
             rules_version=pack.version,
             outcome=outcome,
-            checkpoints={
-                phase: Checkpoint(prefix=prefix_digest(pack, phase, given), events=text)
-                for phase, text in events.items()
-                if text is not None
-            },
+            checkpoints={point: c for point, c in kept.items() if c is not None},
         )
         Archive(location).put(manifest, body)
     except EvidenceTooLarge as exc:

@@ -3,9 +3,10 @@ no writes (in-memory staging databases only), the verdict of each pack compared.
 
 A replay does only the work the two packs can differ in (rules/diff.py):
 
-- it starts at the first phase where the packs part, from the events as they stood then (the
-  archive kept them, for the pack that diagnosed the attempt: used when that pack agrees with the
-  shipped one up to there), else from the evidence;
+- it starts at the last point where the packs still agree (rules/phases.py RESUMABLE: as a
+  phase begins, or in the final phase once the verdict is chosen), from the state the archive kept
+  there for the pack that diagnosed the attempt (used when that pack agrees with the shipped one up
+  to there), else from the evidence;
 - when the packs differ only in rules that do not see each other's output (extract rules, or
   final-phase verdicts rules) and in nothing the others read, the differing rules alone run, old
   and new on the same state: the same output means the same diagnosis, and nothing more runs;
@@ -27,6 +28,7 @@ from workload_attribution.rules import report
 from workload_attribution.rules.diff import PackDiff, diff, prefix_digest
 from workload_attribution.rules.engine import RunResult, Settings, prepare, run_phases, run_rule
 from workload_attribution.rules.pack import Pack, Rule
+from workload_attribution.rules.phases import RESUMABLE
 from workload_attribution.rules.sandbox import Snapshots
 from workload_attribution.staging.database import connect, new_staging_path, open_staging, release_staging
 from workload_attribution.staging.snapshot import EVIDENCE_TABLES, load
@@ -65,7 +67,10 @@ class PackDatabase:
         load(self.con, evidence)
         record_coverage(self.con, manifest.coverage)
         if start != "extract":
-            load(self.con, manifest.checkpoints[start].events.encode().splitlines(), into="events")
+            kept = manifest.checkpoints[start]
+            load(self.con, kept.events.encode().splitlines(), into="events")
+            for table, text in kept.tables.items():
+                load(self.con, text.encode().splitlines(), into=table)
         last = self.con.execute("SELECT coalesce(max(event_id), 0) + 1 FROM events").fetchone()
         self.con.execute(f"DROP SEQUENCE IF EXISTS event_seq; CREATE SEQUENCE event_seq START {last[0] if last else 1}")
 
@@ -110,7 +115,7 @@ class Replayer:
         self.shipped, self.candidate, self.settings = shipped, candidate, settings
         self.diff: PackDiff = diff(shipped, candidate)
         self.given = settings_dict(settings)
-        self.prefixes = {p: prefix_digest(shipped, p, self.given) for p in ("early", "final")}
+        self.prefixes = {p: prefix_digest(shipped, p, self.given) for p in RESUMABLE[1:]}
         self.screen = screen_phase(self.diff, shipped, candidate)
         # A failed screen's candidate runs where the screen ran, in the shipped pack's database: a
         # verdicts screen leaves it as loaded (the rows it added removed again, no event touched),
@@ -129,13 +134,15 @@ class Replayer:
         self.new_db.close()
 
     def start_of(self, manifest: Manifest) -> str:
-        """Where this attempt's replay starts: the first phase the packs part in, when the archive
-        kept the events as it began for a pack that agrees with the shipped one up to there."""
-        phase = self.diff.first_phase or "extract"
-        if phase == "report":
-            phase = "final"
-        kept = manifest.checkpoints.get(phase)
-        return phase if kept is not None and kept.prefix == self.prefixes.get(phase) else "extract"
+        """Where this attempt's replay starts: the last point (phases.RESUMABLE) up to which the
+        packs agree and whose state the archive kept, for a pack that agrees with the shipped one
+        up to there (an archive made before a point was kept starts at the one before)."""
+        first = self.diff.first_point or "extract"
+        for point in reversed(RESUMABLE[1 : RESUMABLE.index(first) + 1]):
+            kept = manifest.checkpoints.get(point)
+            if kept is not None and kept.prefix == self.prefixes[point]:
+                return point
+        return "extract"
 
     def replay(self, manifest: Manifest, evidence: bytes) -> Replayed:
         try:

@@ -42,7 +42,7 @@ from workload_attribution.staging.attempt import create_staging
 from workload_attribution.staging.database import connected, release_staging
 from workload_attribution.staging.normalize import normalize
 from workload_attribution.staging.observations import insert_observations
-from workload_attribution.tasks.archiving import keep_events
+from workload_attribution.tasks.archiving import keep_checkpoint
 from workload_attribution.tasks.keeping import Keeping, keep
 
 
@@ -282,7 +282,7 @@ def attribute(
     with connected(scoped.staging) as con:
         prepare(con, pack, settings)
         record_coverage(con, coverage)
-        result = run_phases(con, pack, settings, prepared=True, checkpoint=keep_events)
+        result = run_phases(con, pack, settings, prepared=True, checkpoint=keep_checkpoint)
         return report.build(con, scoped.scope, coverage, result, pack.version, scoped.notes + (notes or []))
 
 

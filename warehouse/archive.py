@@ -115,10 +115,14 @@ class Outcome(BaseModel):
 
 
 class Checkpoint(BaseModel):
-    """The events as a phase began, valid for any pack whose prefix_digest for that phase is `prefix`."""
+    """The state at one point of the run (rules/phases.py RESUMABLE), valid for any pack whose
+    prefix_digest for that point is `prefix`."""
 
     prefix: str
     events: str = Field(description="staging/snapshot.py text of the events table")
+    tables: dict[str, str] = Field(
+        default_factory=dict, description="the other tables the rules made by then (the verdicts): table -> text"
+    )
 
 
 class Manifest(BaseModel):
@@ -136,7 +140,7 @@ class Manifest(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict, description="the rules settings it was diagnosed with")
     rules_version: str
     outcome: Outcome
-    checkpoints: dict[str, Checkpoint] = Field(default_factory=dict, description="phase -> events as it began")
+    checkpoints: dict[str, Checkpoint] = Field(default_factory=dict, description="point -> the state there")
     archived_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
 

@@ -44,15 +44,16 @@ def test_every_diagnosed_attempt_is_archived_beside_the_warehouse(archived):
         assert (m.attempt, m.rules_version) == (d.attempt, d.rules.version)
         # as JSON: read back, a connector's details model is the contract's base model with its keys
         assert [c.model_dump(mode="json") for c in m.coverage] == [c.model_dump(mode="json") for c in d.coverage]
-        assert m.outcome == Outcome.of(d) and set(m.checkpoints) == {"early", "final"}
+        assert m.outcome == Outcome.of(d) and set(m.checkpoints) == {"early", "final", "roles"}
         assert m.rows["log_lines"] + m.rows["samples"] + m.rows["records"] > 0
         assert 0 < m.stored_bytes < m.evidence_bytes  # compressed
         assert archive.evidence(m)  # and its digest checks
 
 
-@pytest.mark.parametrize("start", ["extract", "early", "final"])
+@pytest.mark.parametrize("start", ["extract", "early", "final", "roles"])
 def test_an_archived_attempt_replays_to_its_diagnosis(archived, start):
-    """From the evidence, or from the events as a later phase began: the same verdict, root, hosts,
+    """From the evidence, or from the state at a later point (the final phase's once its verdict is
+    chosen among them): the same verdict, root, hosts,
     action and confidence as the diagnosis the attempt got."""
     _, archive, live = archived
     db = PackDatabase(default_pack(), Settings())

@@ -30,7 +30,7 @@ CHANGES = {
         "CASE WHEN n_rivals > 0 THEN 'investigate' ELSE action END AS action",
         "CASE WHEN n_rivals > 0 OR sub_domain = 'nvlink' THEN 'investigate' ELSE action END AS action",
     ),
-    # an actions rule (after the verdict is chosen): the final phase replayed
+    # an actions rule: replayed from the state the archive kept once the verdict was chosen
     "action": ("final/action-gpu-recovery.yaml", "THEN 'reboot_node'", "THEN 'drain_node'"),
 }
 
@@ -102,12 +102,13 @@ def test_a_candidate_looking_for_lines_the_archive_never_kept_says_so(archived, 
 
 def test_what_each_change_took(archived, tmp_path, capsys):
     """An extract rule's change is decided on its own output for most attempts; a verdicts rule's
-    from the events the archive kept as the final phase began; an actions rule's by the final phase."""
+    from the events the archive kept as the final phase began; an actions rule's by what runs once
+    the verdict is chosen, from the state the archive kept there."""
     wh, _ = archived
     how = {kind: impact(capsys, wh, candidate(tmp_path, kind))[1]["how"] for kind in CHANGES}
     assert set(how["extract"]) <= {"screened", "from extract"} and how["extract"]["screened"] > 0
     assert set(how["verdict"]) <= {"screened", "from final"} and how["verdict"]["screened"] > 0
-    assert set(how["action"]) == {"from final"}
+    assert set(how["action"]) == {"from roles"}
 
 
 def test_the_same_pack_changes_nothing_and_replays_nothing(archived, tmp_path, capsys):
