@@ -61,6 +61,19 @@ def run_rule(
         result.timings_ms[rule.id] = round((time.perf_counter() - started) * 1000, 2)
 
 
+def rule_rows(con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, settings: Settings) -> list[tuple[Any, ...]]:
+    """What the rule would apply over the state as it stands, applied nowhere: its output's rows
+    in a fixed order (a replay compares two versions of a rule by them). Errors are raised."""
+    token = WATCHDOG.arm(con, settings.rule_timeout_s)
+    try:
+        n = _rule_output(con, pack, rule, settings)
+        return sorted(con.execute("SELECT * FROM rule_out").fetchall(), key=repr) if n else []
+    except _NoRows:
+        return []
+    finally:
+        WATCHDOG.disarm(token)
+
+
 def _run_sql_rule(
     con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, settings: Settings, snapshots: Snapshots | None
 ) -> tuple[int, bool]:

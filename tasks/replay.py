@@ -10,6 +10,8 @@ A replay does only the work the two packs can differ in (rules/diff.py):
 - when the packs differ only in rules that do not see each other's output (extract rules, or
   final-phase verdicts rules) and in nothing the others read, the differing rules alone run, old
   and new on the same state: the same output means the same diagnosis, and nothing more runs;
+  when they differ only in early rules, the shipped pack's early phase runs up to the last of
+  them, each compared old against new as its turn comes;
 - the shipped pack's verdict is the archived one when the archive was made by the same pack with
   the same settings (the rules are deterministic); else it is replayed too.
 
@@ -29,6 +31,7 @@ from workload_attribution.rules.diff import PackDiff, diff, prefix_digest
 from workload_attribution.rules.engine import RunResult, Settings, prepare, run_phases, run_rule
 from workload_attribution.rules.pack import Pack, Rule
 from workload_attribution.rules.phases import RESUMABLE
+from workload_attribution.rules.runner import rule_rows
 from workload_attribution.rules.sandbox import Snapshots
 from workload_attribution.staging.database import connect, new_staging_path, open_staging, release_staging
 from workload_attribution.staging.snapshot import EVIDENCE_TABLES, load
@@ -155,7 +158,9 @@ class Replayer:
         if self.diff.same:
             return Replayed(old=archived, new=archived, how="alike")
         start = self.start_of(manifest)
-        screened = self.screen == start
+        # an early screen runs the shipped pack's rules on in its database: not when the shipped
+        # pack's verdict must be replayed there too
+        screened = self.screen == start and (archived is not None or start != "early")
         self._new_loaded = False
         if screened or archived is None:  # the shipped pack's database is needed: to screen, or to diagnose
             self.old_db.load(manifest, lines, start)
@@ -178,7 +183,40 @@ class Replayer:
         return manifest.rules_version == self.shipped.version and manifest.settings == self.given
 
     def _outputs_agree(self, manifest: Manifest, lines: list[bytes], start: str) -> bool:
-        """Old and new versions of each differing rule, on the same state, add the same rows. A new
+        """Old and new versions of each differing rule, on the same state, add the same rows."""
+        if start == "early":
+            return self._early_rules_agree()
+        return self._side_by_side_agree(manifest, lines, start)
+
+    def _early_rules_agree(self) -> bool:
+        """Early rules read what the ones before them made: the shipped pack's early rules run in
+        order, and before each differing one runs, its old and new versions give their rows on the
+        state as it stands. The same rows at every differing rule leave the same state after the
+        last one, hence the same verdict: nothing after it needs to run."""
+        db, rules = self.old_db, self.shipped.by_phase("early")
+        last = max(i for i, r in enumerate(rules) if r.id in self.diff.rules)
+        for i, rule in enumerate(rules[: last + 1]):
+            if rule.id in self.diff.rules:
+                if not self._same_rows(rule, self.new_rules[rule.id]):
+                    return False
+                if i == last:
+                    return True
+            run_rule(db.con, self.shipped, rule, self.settings, RunResult(), db.snapshots)
+        return True
+
+    def _same_rows(self, old: Rule, new: Rule) -> bool:
+        """Whether two versions of a rule give the same rows on the shipped database's state. A
+        version that fails is not judged here: the replay runs the candidate through (a failed rule
+        is recorded and changes nothing, as in a diagnosis)."""
+        con, settings = self.old_db.con, self.settings
+        try:
+            return rule_rows(con, self.shipped, old, settings) == rule_rows(con, self.candidate, new, settings)
+        except Exception:  # any failure: replayed in full instead
+            return False
+
+    def _side_by_side_agree(self, manifest: Manifest, lines: list[bytes], start: str) -> bool:
+        """Extract rules, and verdicts rules, do not see each other's output: each differing rule's
+        old and new versions run side by side on the state as the phase began. A new
         version whose symptoms mean the same as the old's runs beside it, in the shipped pack's
         database; else in the candidate's (its definitions)."""
         for rid in self.diff.rules:
@@ -190,10 +228,12 @@ class Replayer:
 
 
 def screen_phase(d: PackDiff, shipped: Pack, candidate: Pack) -> str | None:
-    """The phase whose differing rules alone can show whether an attempt changes ("extract" or
-    "final"), or None: every differing rule's output is added beside its peers' (extract rules'
-    events, verdicts rules' verdicts; neither phase's rules see each other's), the precedence and
-    the fallback are the same, and no other rule reads what differs (a symptom's definition)."""
+    """The phase whose differing rules alone can show whether an attempt changes, or None:
+    "extract" or "final" when every differing rule's output is added beside its peers' (extract
+    rules' events, verdicts rules' verdicts; neither phase's rules see each other's), the
+    precedence and the fallback are the same, and no other rule reads what differs (a symptom's
+    definition); "early" when only early rules changed, compared in order as the shipped pack's
+    early phase runs up to the last of them (Replayer._early_rules_agree)."""
     if not d.rules or d.choice or [f for f in d.foundations if f != "symptom definitions"]:
         return None
     kinds = {(d.phases[r], d.outputs[r]) for r in d.rules}
@@ -201,11 +241,21 @@ def screen_phase(d: PackDiff, shipped: Pack, candidate: Pack) -> str | None:
         phase = "extract"
     elif kinds == {("final", "verdicts")}:
         phase = "final"
+    elif {p for p, _ in kinds} == {"early"} and _same_early_run(d, shipped, candidate):
+        return "early"
     else:
         return None
     if d.foundations and not _definitions_local(d, shipped, candidate):
         return None
     return phase
+
+
+def _same_early_run(d: PackDiff, shipped: Pack, candidate: Pack) -> bool:
+    """Both packs run the same early rules in the same order, only some changed, and mean by every
+    symptom the same (a rule's rows compared are then its effect compared)."""
+    order = [r.id for r in shipped.by_phase("early")]
+    same_run = order == [r.id for r in candidate.by_phase("early")] and set(d.rules.values()) == {"changed"}
+    return same_run and not d.foundations
 
 
 def _definitions_local(d: PackDiff, shipped: Pack, candidate: Pack) -> bool:

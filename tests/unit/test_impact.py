@@ -30,6 +30,19 @@ CHANGES = {
         "CASE WHEN n_rivals > 0 THEN 'investigate' ELSE action END AS action",
         "CASE WHEN n_rivals > 0 OR sub_domain = 'nvlink' THEN 'investigate' ELSE action END AS action",
     ),
+    # an early rule: compared in turn as the shipped pack's early phase runs up to it
+    "early": (
+        "early/xid-catalog-facts.yaml",
+        "nullif(c.sub_domain, '') AS sub_domain,",
+        "CASE WHEN c.code::VARCHAR = '79' THEN 'gpu_memory' ELSE nullif(c.sub_domain, '') END AS sub_domain,",
+    ),
+    # the last early rule: it reads what the early rules before it annotated (the XIDs' blame)
+    "early, last": (
+        "early/scope-attempt.yaml",
+        "CASE WHEN a.ids IS NOT NULL AND len(ev.named_jobs) > 0",
+        "CASE WHEN ev.blame = 'node' AND ev.source = 'syslog' THEN 'outside_attempt'\n"
+        "                  WHEN a.ids IS NOT NULL AND len(ev.named_jobs) > 0",
+    ),
     # an actions rule: replayed from the state the archive kept once the verdict was chosen
     "action": ("final/action-gpu-recovery.yaml", "THEN 'reboot_node'", "THEN 'drain_node'"),
 }
@@ -37,7 +50,7 @@ CHANGES = {
 
 def candidate(tmp_path, kind):
     path, old, new = CHANGES[kind]
-    out = tmp_path / f"candidate-{kind}"
+    out = tmp_path / f"candidate-{kind.replace(', ', '-')}"
     shutil.copytree(RULES_DIR, out, ignore=shutil.ignore_patterns("*.py", "__pycache__", "*.sql", "*.md"))
     shutil.copytree(RULES_DIR / "python", out / "python", dirs_exist_ok=True)
     text = (out / path).read_text()
@@ -102,12 +115,15 @@ def test_a_candidate_looking_for_lines_the_archive_never_kept_says_so(archived, 
 
 def test_what_each_change_took(archived, tmp_path, capsys):
     """An extract rule's change is decided on its own output for most attempts; a verdicts rule's
-    from the events the archive kept as the final phase began; an actions rule's by what runs once
+    from the events the archive kept as the final phase began; an early rule's as the early phase
+    runs up to it; an actions rule's by what runs once
     the verdict is chosen, from the state the archive kept there."""
     wh, _ = archived
     how = {kind: impact(capsys, wh, candidate(tmp_path, kind))[1]["how"] for kind in CHANGES}
     assert set(how["extract"]) <= {"screened", "from extract"} and how["extract"]["screened"] > 0
     assert set(how["verdict"]) <= {"screened", "from final"} and how["verdict"]["screened"] > 0
+    for early in ("early", "early, last"):
+        assert set(how[early]) <= {"screened", "from early"} and how[early]["screened"] > 0
     assert set(how["action"]) == {"from roles"}
 
 
