@@ -25,6 +25,7 @@ from workload_attribution.warehouse.precedence import rank
 # the tables holding a diagnosis's parts, by diagnosis_id
 PART_TABLES = (
     "diagnosis_symptoms",
+    "diagnosis_xids",
     "diagnosis_affected_nodes",
     "diagnosis_affected_components",
     "diagnosis_coverage",
@@ -125,6 +126,20 @@ def _insert_symptoms(con: duckdb.DuckDBPyConnection, diagnosis_id: str, doc: str
             '[{"symptom":"VARCHAR","role":"VARCHAR","node":"VARCHAR","rank":"INTEGER","component":"VARCHAR",
                "first_seen":"VARCHAR","last_seen":"VARCHAR","count":"INTEGER","demoted_by":"VARCHAR",
                "interesting":"BOOLEAN","rule":"VARCHAR"}]'), recursive := true)) s
+        """,
+        {"id": diagnosis_id, "doc": doc},
+    )
+    # its XID symptoms again, by code (schema v7): from the document, not by reading the table back
+    # (a lake would scan every file of it for one diagnosis)
+    con.execute(
+        r"""
+        INSERT INTO diagnosis_xids
+        SELECT $id, CAST(regexp_extract(s.symptom, '^xid_(\d+)$', 1) AS INTEGER), s.node, s.role,
+               s.first_seen::TIMESTAMPTZ, s.count
+        FROM (SELECT unnest(from_json($doc::JSON -> 'symptoms',
+            '[{"symptom":"VARCHAR","role":"VARCHAR","node":"VARCHAR","first_seen":"VARCHAR","count":"INTEGER"}]'),
+            recursive := true)) s
+        WHERE regexp_full_match(s.symptom, 'xid_\d+')
         """,
         {"id": diagnosis_id, "doc": doc},
     )

@@ -12,6 +12,7 @@ diagnoses of a fleet of --hosts GPU hosts in four clusters, 32 hosts to a leaf s
                             (half user code, 15% hardware, 12% infrastructure, ...; 1-16 nodes each)
   diagnosis_symptoms        --symptoms per diagnosis: the root (an XID for a GPU fault), contributing
                             and cascade symptoms, then context (ECC, NCCL, link flaps, the epilog)
+  diagnosis_xids            the XID symptoms again, by code (as the writer writes them)
   diagnosis_affected_nodes  the blamed host of hardware and node faults
   diagnosis_affected_components   the switch port of a network_link failure
   diagnosis_coverage        four sources per attempt, ~6% of them not delivered
@@ -137,6 +138,13 @@ SELECT a.diagnosis_id,
 FROM fleet_attempts a, range($symptoms) r(j)
 """
 
+# the XID symptoms again, by code (schema v7), as the writer writes them
+XIDS = r"""
+INSERT INTO diagnosis_xids
+SELECT diagnosis_id, CAST(regexp_extract(symptom, '^xid_(\d+)$', 1) AS INTEGER), node, role, first_seen, count
+FROM diagnosis_symptoms WHERE regexp_full_match(symptom, 'xid_\d+')
+"""
+
 AFFECTED_NODES = """
 INSERT INTO diagnosis_affected_nodes
 SELECT diagnosis_id, nodes[1] FROM fleet_attempts
@@ -194,6 +202,7 @@ FROM range($hosts) r(h) WHERE hash(h, 'moved') % 100 = 0
 TABLES = [
     ("diagnoses", DIAGNOSES),
     ("diagnosis_symptoms", SYMPTOMS),
+    ("diagnosis_xids", XIDS),
     ("diagnosis_affected_nodes", AFFECTED_NODES),
     ("diagnosis_affected_components", AFFECTED_COMPONENTS),
     ("diagnosis_coverage", COVERAGE),
@@ -226,7 +235,13 @@ def generate(wh: Warehouse, diagnoses: int, hosts: int, symptoms: int) -> dict[s
     return out
 
 
-CHILDREN = ["diagnosis_symptoms", "diagnosis_affected_nodes", "diagnosis_affected_components", "diagnosis_coverage"]
+CHILDREN = [
+    "diagnosis_symptoms",
+    "diagnosis_xids",
+    "diagnosis_affected_nodes",
+    "diagnosis_affected_components",
+    "diagnosis_coverage",
+]
 
 
 def rediagnose(wh: Warehouse, count: int, diagnoses: int) -> float:

@@ -95,6 +95,7 @@ def orphans(wh: Path) -> int:
             ).fetchone()[0]
             for t in (
                 "diagnosis_symptoms",
+                "diagnosis_xids",
                 "diagnosis_affected_nodes",
                 "diagnosis_coverage",
                 "diagnosis_evidence",

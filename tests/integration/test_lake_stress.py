@@ -51,6 +51,7 @@ OLDER, NEWER = "2026.11.3+0000000000", "2027.1.1+ffffffffff"
 TABLES = (
     "diagnoses",
     "diagnosis_symptoms",
+    "diagnosis_xids",
     "diagnosis_affected_nodes",
     "diagnosis_affected_components",
     "diagnosis_coverage",

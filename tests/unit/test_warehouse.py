@@ -83,6 +83,31 @@ def test_schema_newer_than_the_code_is_refused(tmp_path, diagnosis):
         wh.write(diagnosis)
 
 
+def test_xid_symptoms_are_kept_by_code_and_a_warehouse_from_before_gets_them(tmp_path, diagnosis):
+    """Schema v7: each diagnosis's XID symptoms again, by code (what xids_by_week reads), written and
+    replaced with the diagnosis, and made from the symptoms a v6 warehouse already holds."""
+    wh = Warehouse(tmp_path / "w.duckdb")
+    wh.write(diagnosis)
+    wh.write(diagnosis)  # replaced, not added
+    xids = "SELECT xid, node, role, first_seen, count FROM diagnosis_xids ORDER BY ALL"
+    from_symptoms = (
+        "SELECT replace(symptom, 'xid_', '')::INTEGER, node, role, first_seen, count FROM diagnosis_symptoms "
+        "WHERE symptom LIKE 'xid%' ORDER BY ALL"
+    )
+    written = wh.query(xids)[1]
+    assert written and written == wh.query(from_symptoms)[1]
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))  # as a v6 warehouse: no table, no record of v7
+    con.execute("DELETE FROM schema_version WHERE version = 7")
+    con.execute("DROP TABLE diagnosis_xids")
+    con.close()
+    other = diagnosis.attempt.model_copy(update={"job_id": "another"})
+    wh.write(diagnosis.model_copy(update={"diagnosis_id": "another", "attempt": other}))  # an open migrates
+    mine = xids.replace("ORDER BY", f"WHERE diagnosis_id = '{diagnosis.diagnosis_id}' ORDER BY")
+    assert wh.query(mine)[1] == written  # made by the migration from the symptoms
+    assert wh.query("SELECT count(*) FROM diagnosis_xids")[1] == [(2 * len(written),)]
+    assert {r[1] for r in wh.query("xids_by_week")[1]} == {r[0] for r in written}
+
+
 WRITER = textwrap.dedent("""
     import sys, json
     sys.path.insert(0, {root!r})
