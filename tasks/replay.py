@@ -28,7 +28,7 @@ from typing import Any
 from workload_attribution.contracts.errors import first_line
 from workload_attribution.rules import report
 from workload_attribution.rules.diff import PackDiff, diff, prefix_digest
-from workload_attribution.rules.engine import RunResult, Settings, prepare, run_phases, run_rule
+from workload_attribution.rules.engine import RunResult, Settings, choose_verdict, prepare, run_phases, run_rule
 from workload_attribution.rules.pack import Pack, Rule
 from workload_attribution.rules.phases import RESUMABLE
 from workload_attribution.rules.runner import rule_rows
@@ -167,10 +167,29 @@ class Replayer:
         if screened and self._outputs_agree(manifest, lines, start):
             return Replayed(old=archived, new=archived, how="screened")
         if screened and archived is not None and self.candidate_where_screened:
-            new = self.old_db.diagnose(manifest, start, self.candidate)
+            new = self._from_kept_verdicts(manifest) or self.old_db.diagnose(manifest, start, self.candidate)
         else:
             new = self._new(manifest, lines, start).diagnose(manifest, start)
         return Replayed(old=archived or self.old_db.diagnose(manifest, start), new=new, how=f"from {start}")
+
+    def _from_kept_verdicts(self, manifest: Manifest) -> Outcome | None:
+        """After a verdicts screen that differs, the candidate's verdict without its other verdicts
+        rules: they gave what the shipped pack's gave (they do not see each other's output), which
+        the archive kept once the verdict was chosen. Those rows, the differing rules' own made
+        anew, the verdict chosen, and the candidate's run goes on from there. None when the archive
+        kept no such state for a pack like the shipped one."""
+        kept = manifest.checkpoints.get("roles")
+        if kept is None or kept.prefix != self.prefixes["roles"] or "verdicts" not in kept.tables:
+            return None
+        db, differing = self.old_db, list(self.diff.rules)
+        db.snapshots.drop(db.con)
+        db.con.execute("DELETE FROM verdicts")
+        load(db.con, kept.tables["verdicts"].encode().splitlines(), into="verdicts")
+        db.con.execute("DELETE FROM verdicts WHERE rule_id IN (SELECT unnest($r))", {"r": differing})
+        for rule in (self.new_rules[r] for r in differing if r in self.new_rules):
+            run_rule(db.con, self.candidate, rule, self.settings, RunResult(), db.snapshots)
+        choose_verdict(db.con, self.candidate)
+        return db.diagnose(manifest, "roles", self.candidate)
 
     def _new(self, manifest: Manifest, lines: list[bytes], start: str) -> PackDatabase:
         """The candidate's database, this attempt loaded in it."""
