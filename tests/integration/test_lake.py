@@ -176,6 +176,7 @@ def test_a_kept_writer_sees_another_writers_commits(postgres, tmp_path, monkeypa
     store._drop_lake_writer(url)
 
 
+@pytest.mark.slow  # 30 s of real PostgreSQL (and S3) work: the slow tier, which CI runs too
 def test_writes_stay_in_the_catalog_until_maintenance_moves_them_to_files(postgres, tmp_path, monkeypatch):
     """Each write of a diagnosis is a few to a few hundred rows per table: a lake writer inlines them
     in the catalog (DuckLake's data inlining) instead of leaving small Parquet files behind per
@@ -243,6 +244,7 @@ def attribution(*args: str, env: dict, timeout: float = 600) -> subprocess.Compl
     )
 
 
+@pytest.mark.slow  # 30 s of real PostgreSQL (and S3) work: the slow tier, which CI runs too
 def test_a_lake_in_a_bucket_serves_diagnose_backfill_query_and_serve(postgres, s3, tmp_path):
     """DuckLake with its catalog in PostgreSQL and its data in a real S3 server: the commands a
     deployment runs take the same URL, the credentials come from the AWS variables (never the URL),

@@ -73,7 +73,19 @@ def _docs_with(*kinds: str) -> list[Path]:
     return [doc for doc in DOCS if doc.exists() and any(b.kind in kinds for b in blocks(doc))]
 
 
-@pytest.mark.parametrize("doc", _docs_with("run", "python"), ids=lambda d: str(d.relative_to(ROOT)))
+# documents whose blocks take most of a minute (accuracy.md runs `attribution eval` over tests/real):
+# in the slow tier, which CI runs after the default one
+SLOW_DOCS = {"docs/accuracy.md"}
+
+
+def _doc_params(*kinds: str) -> list:
+    return [
+        pytest.param(doc, marks=[pytest.mark.slow] if str(doc.relative_to(ROOT)) in SLOW_DOCS else [])
+        for doc in _docs_with(*kinds)
+    ]
+
+
+@pytest.mark.parametrize("doc", _doc_params("run", "python"), ids=lambda d: str(d.relative_to(ROOT)))
 def test_commands_run_and_print_what_the_document_shows(doc: Path, tmp_path: Path) -> None:
     """The document's run and python blocks, in order, in one sandbox (a later block may read what
     an earlier one wrote: the warehouse, a generated corpus); each output block compared with what
