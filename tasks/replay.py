@@ -214,14 +214,11 @@ class Replayer:
         last one, hence the same verdict: nothing after it needs to run."""
         db, rules = self.old_db, self.shipped.by_phase("early")
         last = max(i for i, r in enumerate(rules) if r.id in self.diff.rules)
-        for i, rule in enumerate(rules[: last + 1]):
-            if rule.id in self.diff.rules:
-                if not self._same_rows(rule, self.new_rules[rule.id]):
-                    return False
-                if i == last:
-                    return True
+        for rule in rules[:last]:
+            if rule.id in self.diff.rules and not self._same_rows(rule, self.new_rules[rule.id]):
+                return False
             run_rule(db.con, self.shipped, rule, self.settings, RunResult(), db.snapshots)
-        return True
+        return self._same_rows(rules[last], self.new_rules[rules[last].id])
 
     def _same_rows(self, old: Rule, new: Rule) -> bool:
         """Whether two versions of a rule give the same rows on the shipped database's state. A
