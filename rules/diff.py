@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from workload_attribution.rules.pack import PHASES, Pack, Rule
-from workload_attribution.rules.pack_data import DATA_DIR, PACK_DATA
+from workload_attribution.rules.pack_data import DATA_DIR, PACK_DATA, table_of
 from workload_attribution.rules.phases import RESUMABLE, resume_point
+from workload_attribution.rules.reads import readers
 
 # What a rule decides with; the rest of its file is documentation and tests.
 _INERT = {"tests", "description", "labels", "path"}
@@ -78,6 +79,11 @@ class PackDiff:
     points: dict[str, str] = field(default_factory=dict)  # rule id -> its resume point (phases.py)
     outputs: dict[str, str] = field(default_factory=dict)  # rule id -> its output kind (in either pack)
     foundations: list[str] = field(default_factory=list)  # data files, modules, definitions that differ
+    # a differing foundation that is a table only some rules read (rules/reads.py) -> those rules
+    tables: dict[str, list[str]] = field(default_factory=dict)
+    # when a catalogs/ file differs: the ids of the catalog rows that differ, None when the rest
+    # are not in the same order (see catalog_rows)
+    catalog_rows: list[str] | None = None
     choice: bool = False  # the precedence or the fallback verdict differs
 
     @property
@@ -85,18 +91,36 @@ class PackDiff:
         return not (self.rules or self.foundations or self.choice)
 
     @property
+    def loose(self) -> list[str]:
+        """The differing foundations any rule may stand on (not a table with known readers)."""
+        return [f for f in self.foundations if f not in self.tables]
+
+    @property
+    def affected(self) -> dict[str, str]:
+        """Every rule that can decide differently: the differing rules, and those reading a
+        differing table (rule id -> added | removed | changed | reads <file>)."""
+        out = {r: f"reads {f}" for f, ids in self.tables.items() for r in ids}
+        return out | self.rules
+
+    @property
     def first_point(self) -> str | None:
         """The first point of a run (phases.RESUMABLE) after which the two packs can part; None:
         they decide alike."""
-        if self.foundations:
+        if self.loose:
             return "extract"
-        points = [self.points[r] for r in self.rules] + (["final"] if self.choice else [])
+        points = [self.points[r] for r in self.affected] + (["final"] if self.choice else [])
         return min(points, key=RESUMABLE.index) if points else None
 
     def describe(self) -> list[str]:
         out = [f"rule {r} {how}" for r, how in sorted(self.rules.items())]
-        out += [f"{f} changed" for f in self.foundations]
+        out += [f"{f} changed" + _read_by(self.tables.get(f)) for f in self.foundations]
         return out + (["the precedence or the no_verdict changed"] if self.choice else [])
+
+
+def _read_by(ids: list[str] | None) -> str:
+    if ids is None:
+        return ""
+    return f" (read by {', '.join(ids)})" if ids else " (read by no rule)"
 
 
 def diff(shipped: Pack, candidate: Pack) -> PackDiff:
@@ -107,13 +131,43 @@ def diff(shipped: Pack, candidate: Pack) -> PackDiff:
         a, b = old.get(rid), new.get(rid)
         if a is None or b is None or rule_digest(a) != rule_digest(b):
             d.rules[rid] = "added" if a is None else "removed" if b is None else "changed"
-            d.phases[rid] = min((r.phase for r in (a, b) if r), key=PHASES.index)
-            d.points[rid] = min((resume_point(r) for r in (a, b) if r), key=RESUMABLE.index)
-            d.outputs[rid] = (b or a).output  # type: ignore[union-attr]  # one of them is a rule
     fa, fb = foundations(shipped), foundations(candidate)
     d.foundations = sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
+    for f in d.foundations:
+        ids = _readers_in_both(shipped, candidate, f)
+        if ids is not None:
+            d.tables[f] = ids
+    if any(f.startswith("catalogs/") for f in d.foundations):
+        d.catalog_rows = catalog_rows(shipped, candidate)
+    for rid in d.affected:
+        a, b = old.get(rid), new.get(rid)
+        d.phases[rid] = min((r.phase for r in (a, b) if r), key=PHASES.index)
+        d.points[rid] = min((resume_point(r) for r in (a, b) if r), key=RESUMABLE.index)
+        d.outputs[rid] = (b or a).output  # type: ignore[union-attr]  # one of them is a rule
     d.choice = _choice(shipped) != _choice(candidate)
     return d
+
+
+def catalog_rows(shipped: Pack, candidate: Pack) -> list[str] | None:
+    """The ids of the catalog rows that differ (added, removed or changed), when the other rows
+    keep their order: a line's events come from the rows matching it, the first in catalog order
+    for each symptom (python/catalog.py), so where no differing row matches, nothing differs.
+    None when the other rows are reordered (a line's first match could then differ)."""
+    a = {r.id: r.model_dump(mode="json") for r in shipped.catalog}
+    b = {r.id: r.model_dump(mode="json") for r in candidate.catalog}
+    differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    kept = [[r.id for r in p.catalog if r.id not in differ] for p in (shipped, candidate)]
+    return differ if kept[0] == kept[1] else None
+
+
+def _readers_in_both(shipped: Pack, candidate: Pack, file: str) -> list[str] | None:
+    """The rules of either pack that read the table a differing file makes; None when the file
+    is no table, or some rule's reads cannot be told."""
+    table = table_of(file)
+    if table is None:
+        return None
+    found = [readers(p, table) for p in (shipped, candidate)]
+    return None if None in found else sorted(set().union(*found))  # type: ignore[arg-type]
 
 
 def prefix_digest(pack: Pack, point: str, settings: dict[str, Any]) -> str:

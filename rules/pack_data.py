@@ -19,6 +19,7 @@ from workload_attribution.rules.pack import Pack
 DATA_DIR = Path(__file__).resolve().parent / "data"
 # data/<table>.csv, all VARCHAR or typed; evidence_sources is read by the report (rules/settle.py)
 PACK_DATA = (("xid_catalog", False), ("nvlink5_decode", True), ("evidence_sources", False))
+CATALOG_TABLE = "catalog"  # the rows of catalogs/*.csv, one table
 
 # (path, query) -> ((mtime_ns, size), (columns, from_json shape, JSON rows) or None: read the file)
 _CSV_TABLES: dict[tuple[str, str], tuple[tuple[int, int], tuple[str, str, str] | None]] = {}
@@ -30,6 +31,27 @@ def load_pack_data(con: duckdb.DuckDBPyConnection, data: Path, temp: bool = Fals
     for table, all_varchar in PACK_DATA:
         path = data / f"{table}.csv"
         _load_csv(con, table, path if path.is_file() else DATA_DIR / path.name, all_varchar=all_varchar, temp=temp)
+
+
+def table_of(file: str) -> str | None:
+    """The table a file of the pack becomes in an attempt's database (data/<table>.csv; every
+    catalogs/*.csv is a part of the catalog), None for any other file."""
+    folder, _, name = file.partition("/")
+    if folder == "data" and name.removesuffix(".csv") in {t for t, _ in PACK_DATA}:
+        return name.removesuffix(".csv")
+    return CATALOG_TABLE if folder == "catalogs" and name.endswith(".csv") and "/" not in name else None
+
+
+def load_lent_tables(con: duckdb.DuckDBPyConnection, pack: Pack, schema: str) -> None:
+    """Another pack's tables (data and catalog) in a schema of their own, beside this database's:
+    a replay runs that pack's version of a rule here by putting them in front (tasks/replay.py).
+    Before the database is locked (it reads files)."""
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}; SET schema = '{schema}'")
+    try:
+        load_pack_data(con, Path(pack.path) / "data" if pack.path else DATA_DIR)
+        load_catalog_table(con, pack)
+    finally:
+        con.execute("SET schema = 'main'")
 
 
 # pack version -> the catalog table's JSON (rows are validated and their literals derived once)
@@ -45,7 +67,8 @@ def load_catalog_table(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
         with _CSV_LOCK:
             _CATALOG_JSON[pack.version] = payload
     con.execute(
-        "CREATE OR REPLACE TABLE catalog AS SELECT unnest(s) FROM (SELECT unnest(from_json($p::JSON, $shape)) AS s)",
+        f"CREATE OR REPLACE TABLE {CATALOG_TABLE} AS "
+        "SELECT unnest(s) FROM (SELECT unnest(from_json($p::JSON, $shape)) AS s)",
         {"p": payload, "shape": TABLE_SHAPE},
     )
 

@@ -21,6 +21,8 @@ loaded, run): a new database and its preparation cost more than most replays.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from workload_attribution.rules import report
 from workload_attribution.rules.diff import PackDiff, diff, prefix_digest
 from workload_attribution.rules.engine import RunResult, Settings, choose_verdict, prepare, run_phases, run_rule
 from workload_attribution.rules.pack import Pack, Rule
+from workload_attribution.rules.pack_data import CATALOG_TABLE, load_lent_tables, table_of
 from workload_attribution.rules.phases import RESUMABLE
 from workload_attribution.rules.runner import rule_rows
 from workload_attribution.rules.sandbox import Snapshots
@@ -40,19 +43,26 @@ from workload_attribution.warehouse.archive import Manifest, Outcome, settings_d
 
 # What a replay clears between attempts: the evidence and what the rules made of it.
 ATTEMPT_TABLES = (*EVIDENCE_TABLES, "raw_lines", "events", "verdicts", "verdict", "coverage")
+LENT = "lent"  # the schema of a shipped pack's database that holds the candidate's differing tables
 
 
 class PackDatabase:
     """A staging database prepared for one pack (its data, settings and symptom definitions),
-    reused for attempt after attempt."""
+    reused for attempt after attempt. It may also hold another pack's versions of some tables
+    (`lent`: that pack and the tables), put in front of its own while that pack's rules run here."""
 
-    def __init__(self, pack: Pack, settings: Settings):
-        self.pack, self.settings = pack, settings
+    def __init__(self, pack: Pack, settings: Settings, lent: tuple[Pack, list[str]] | None = None):
+        self.pack, self.settings, self.lent = pack, settings, lent
         self.path = new_staging_path()
         open_staging(self.path)
         self.con = connect(self.path)
         self.con.execute("SET threads = 1")  # replays run side by side in processes, one core each
+        if lent:  # before prepare() locks the database: it reads the other pack's files
+            load_lent_tables(self.con, lent[0], LENT)
         prepare(self.con, pack, settings)
+        name = self.con.execute("SELECT current_database()").fetchone()
+        # its own tables by their full name: `main.<table>` would also name a temp view in front
+        self.own = '"' + str(name[0] if name else "memory").replace('"', '""') + '".main'
         # the engine's views as the loaded events make them, for the differing rules compared
         # side by side (each would plan them anew): dropped before the events change
         self.snapshots = Snapshots()
@@ -77,12 +87,33 @@ class PackDatabase:
         last = self.con.execute("SELECT coalesce(max(event_id), 0) + 1 FROM events").fetchone()
         self.con.execute(f"DROP SEQUENCE IF EXISTS event_seq; CREATE SEQUENCE event_seq START {last[0] if last else 1}")
 
+    @contextmanager
+    def tables_of(self, pack: Pack, catalog_rows: list[str] | None = None) -> Iterator[None]:
+        """While `pack`'s rules run here: its own tables in front of this database's, when it lent
+        some (temp comes first in DuckDB's search path); with `catalog_rows`, only those rows of
+        its catalog."""
+        lent = self.lent[1] if self.lent and pack is self.lent[0] else []
+        views = {t: f"SELECT * FROM {LENT}.{t}" for t in lent}
+        if catalog_rows is not None:
+            ids = ", ".join("'" + i.replace("'", "''") + "'" for i in catalog_rows)
+            rows = views.get(CATALOG_TABLE, f"SELECT * FROM {self.own}.{CATALOG_TABLE}")
+            views[CATALOG_TABLE] = f"{rows} WHERE id IN ({ids})" if ids else f"{rows} WHERE false"
+        if not views:
+            yield
+            return
+        self.con.execute("; ".join(f"CREATE TEMP VIEW {t} AS {q}" for t, q in views.items()))
+        try:
+            yield
+        finally:
+            self.con.execute("; ".join(f"DROP VIEW IF EXISTS temp.main.{t}" for t in views))
+
     def diagnose(self, manifest: Manifest, start: str, pack: Pack | None = None) -> Outcome:
-        """The phases of `pack` (this database's own, or one prepared alike) from `start` on, over
-        what `load` left: the verdict."""
+        """The phases of `pack` (this database's own, or one prepared alike but for the tables it
+        lent) from `start` on, over what `load` left: the verdict."""
         pack = pack or self.pack
         self.snapshots.drop(self.con)
-        result = run_phases(self.con, pack, self.settings, prepared=True, start=start)
+        with self.tables_of(pack):
+            result = run_phases(self.con, pack, self.settings, prepared=True, start=start)
         d = report.build(self.con, manifest.attempt, manifest.coverage, result, pack.version, [])
         return Outcome.of(d)
 
@@ -92,7 +123,8 @@ class PackDatabase:
         if rule is None:
             return []
         table = "events" if rule.output == "events" else "verdicts"
-        run_rule(self.con, pack, rule, self.settings, RunResult(), self.snapshots)
+        with self.tables_of(pack):
+            run_rule(self.con, pack, rule, self.settings, RunResult(), self.snapshots)
         cols = "* EXCLUDE (event_id)" if table == "events" else "*"
         rows = self.con.execute(f"SELECT {cols} FROM {table} WHERE rule_id = ?", [rule.id]).fetchall()
         self.con.execute(f"DELETE FROM {table} WHERE rule_id = ?", [rule.id])
@@ -117,20 +149,23 @@ class Replayer:
     def __init__(self, shipped: Pack, candidate: Pack, settings: Settings):
         self.shipped, self.candidate, self.settings = shipped, candidate, settings
         self.diff: PackDiff = diff(shipped, candidate)
+        self.affected = self.diff.affected  # the rules a screen compares
         self.given = settings_dict(settings)
         self.prefixes = {p: prefix_digest(shipped, p, self.given) for p in RESUMABLE[1:]}
         self.screen = screen_phase(self.diff, shipped, candidate)
         # A failed screen's candidate runs where the screen ran, in the shipped pack's database: a
         # verdicts screen leaves it as loaded (the rows it added removed again, no event touched),
-        # and packs that share everything a database is prepared with (data, catalogs, modules,
-        # definitions) would prepare the candidate's alike; one load of the attempt saved.
-        self.candidate_where_screened = self.screen == "final" and not self.diff.foundations
-        self.old_db = PackDatabase(shipped, settings)
+        # and packs that share everything a database is prepared with (modules, definitions; the
+        # candidate's differing tables are lent to it) would prepare the candidate's alike; one
+        # load of the attempt saved.
+        self.candidate_where_screened = self.screen == "final" and not self.diff.loose
+        tables = sorted({t for f in self.diff.tables if (t := table_of(f))})
+        self.old_db = PackDatabase(shipped, settings, lent=(candidate, tables) if tables else None)
         self.new_db = PackDatabase(candidate, settings)
         self._new_loaded = False
         self.old_rules = {r.id: r for r in shipped.rules}
         self.new_rules = {r.id: r for r in candidate.rules}
-        self.redefined = {r for r in self.diff.rules if _definitions(shipped, r) != _definitions(candidate, r)}
+        self.redefined = {r for r in self.affected if _definitions(shipped, r) != _definitions(candidate, r)}
 
     def close(self) -> None:
         self.old_db.close()
@@ -155,7 +190,7 @@ class Replayer:
 
     def _replay(self, manifest: Manifest, lines: list[bytes]) -> Replayed:
         archived = manifest.outcome if self._archived_is_shipped(manifest) else None
-        if self.diff.same:
+        if self.diff.first_point is None:  # nothing that differs is read by any rule
             return Replayed(old=archived, new=archived, how="alike")
         start = self.start_of(manifest)
         # an early screen runs the shipped pack's rules on in its database: not when the shipped
@@ -181,13 +216,14 @@ class Replayer:
         kept = manifest.checkpoints.get("roles")
         if kept is None or kept.prefix != self.prefixes["roles"] or "verdicts" not in kept.tables:
             return None
-        db, differing = self.old_db, list(self.diff.rules)
+        db, differing = self.old_db, list(self.affected)
         db.snapshots.drop(db.con)
         db.con.execute("DELETE FROM verdicts")
         load(db.con, kept.tables["verdicts"].encode().splitlines(), into="verdicts")
         db.con.execute("DELETE FROM verdicts WHERE rule_id IN (SELECT unnest($r))", {"r": differing})
-        for rule in (self.new_rules[r] for r in differing if r in self.new_rules):
-            run_rule(db.con, self.candidate, rule, self.settings, RunResult(), db.snapshots)
+        with db.tables_of(self.candidate):
+            for rule in (self.new_rules[r] for r in differing if r in self.new_rules):
+                run_rule(db.con, self.candidate, rule, self.settings, RunResult(), db.snapshots)
         choose_verdict(db.con, self.candidate)
         return db.diagnose(manifest, "roles", self.candidate)
 
@@ -213,9 +249,9 @@ class Replayer:
         state as it stands. The same rows at every differing rule leave the same state after the
         last one, hence the same verdict: nothing after it needs to run."""
         db, rules = self.old_db, self.shipped.by_phase("early")
-        last = max(i for i, r in enumerate(rules) if r.id in self.diff.rules)
+        last = max(i for i, r in enumerate(rules) if r.id in self.affected)
         for rule in rules[:last]:
-            if rule.id in self.diff.rules and not self._same_rows(rule, self.new_rules[rule.id]):
+            if rule.id in self.affected and not self._same_rows(rule, self.new_rules[rule.id]):
                 return False
             run_rule(db.con, self.shipped, rule, self.settings, RunResult(), db.snapshots)
         return self._same_rows(rules[last], self.new_rules[rules[last].id])
@@ -224,9 +260,11 @@ class Replayer:
         """Whether two versions of a rule give the same rows on the shipped database's state. A
         version that fails is not judged here: the replay runs the candidate through (a failed rule
         is recorded and changes nothing, as in a diagnosis)."""
-        con, settings = self.old_db.con, self.settings
+        db, settings = self.old_db, self.settings
         try:
-            return rule_rows(con, self.shipped, old, settings) == rule_rows(con, self.candidate, new, settings)
+            old_rows = rule_rows(db.con, self.shipped, old, settings)
+            with db.tables_of(self.candidate):
+                return old_rows == rule_rows(db.con, self.candidate, new, settings)
         except Exception:  # any failure: replayed in full instead
             return False
 
@@ -235,11 +273,30 @@ class Replayer:
         old and new versions run side by side on the state as the phase began. A new
         version whose symptoms mean the same as the old's runs beside it, in the shipped pack's
         database; else in the candidate's (its definitions)."""
-        for rid in self.diff.rules:
+        for rid in self.affected:
+            if self._differing_rows_silent(rid):
+                continue
             old, new = self.old_rules.get(rid), self.new_rules.get(rid)
             where = self.old_db if rid not in self.redefined else self._new(manifest, lines, start)
             if self.old_db.output_of(old, self.shipped) != where.output_of(new, self.candidate):
                 return False
+        return True
+
+    def _differing_rows_silent(self, rule_id: str) -> bool:
+        """Whether a catalog rule (unchanged itself) finds nothing with only the catalog rows that
+        differ, in either pack: then no line matches a differing row, and it gives what it gave
+        (diff.catalog_rows). Far cheaper than matching every row twice."""
+        rows, rule = self.diff.catalog_rows, self.old_rules.get(rule_id)
+        if rows is None or rule is None or not rule.catalog or rule_id in self.diff.rules:
+            return False
+        db, settings = self.old_db, self.settings
+        try:
+            for pack in (self.shipped, self.candidate):
+                with db.tables_of(pack, rows):
+                    if rule_rows(db.con, pack, rule, settings):
+                        return False
+        except Exception:  # any failure: compared in full instead
+            return False
         return True
 
 
@@ -249,10 +306,11 @@ def screen_phase(d: PackDiff, shipped: Pack, candidate: Pack) -> str | None:
     rules' events, verdicts rules' verdicts; neither phase's rules see each other's), the
     precedence and the fallback are the same, and no other rule reads what differs (a symptom's
     definition); "early" when only early rules changed, compared in order as the shipped pack's
-    early phase runs up to the last of them (Replayer._early_rules_agree)."""
-    if not d.rules or d.choice or [f for f in d.foundations if f != "symptom definitions"]:
+    early phase runs up to the last of them (Replayer._early_rules_agree). A rule that reads a
+    differing table counts as changed: its two versions are the same rule over the two tables."""
+    if not d.affected or d.choice or [f for f in d.loose if f != "symptom definitions"]:
         return None
-    kinds = {(d.phases[r], d.outputs[r]) for r in d.rules}
+    kinds = {(d.phases[r], d.outputs[r]) for r in d.affected}
     if kinds == {("extract", "events")}:
         phase = "extract"
     elif kinds == {("final", "verdicts")}:
@@ -261,7 +319,7 @@ def screen_phase(d: PackDiff, shipped: Pack, candidate: Pack) -> str | None:
         return "early"
     else:
         return None
-    if d.foundations and not _definitions_local(d, shipped, candidate):
+    if d.loose and not _definitions_local(d, shipped, candidate):
         return None
     return phase
 
@@ -270,8 +328,8 @@ def _same_early_run(d: PackDiff, shipped: Pack, candidate: Pack) -> bool:
     """Both packs run the same early rules in the same order, only some changed, and mean by every
     symptom the same (a rule's rows compared are then its effect compared)."""
     order = [r.id for r in shipped.by_phase("early")]
-    same_run = order == [r.id for r in candidate.by_phase("early")] and set(d.rules.values()) == {"changed"}
-    return same_run and not d.foundations
+    in_both = all(how not in ("added", "removed") for how in d.affected.values())
+    return order == [r.id for r in candidate.by_phase("early")] and in_both and not d.loose
 
 
 def _definitions_local(d: PackDiff, shipped: Pack, candidate: Pack) -> bool:
@@ -279,9 +337,9 @@ def _definitions_local(d: PackDiff, shipped: Pack, candidate: Pack) -> bool:
     Python module of the pack) names it: only the differing rules' rows can carry it."""
     a, b = shipped.symptom_defs, candidate.symptom_defs
     changed = {n for n in a.keys() | b.keys() if _definition(a, n) != _definition(b, n)}
-    if any((a.get(n) or b[n])[0] not in d.rules or (b.get(n) or a[n])[0] not in d.rules for n in changed):
+    if any((a.get(n) or b[n])[0] not in d.affected or (b.get(n) or a[n])[0] not in d.affected for n in changed):
         return False
-    others = [(p, r) for p in (shipped, candidate) for r in p.rules if r.id not in d.rules]
+    others = [(p, r) for p in (shipped, candidate) for r in p.rules if r.id not in d.affected]
     return not any(_names(p, r, n) for p, r in others for n in changed)
 
 

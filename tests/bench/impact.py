@@ -13,7 +13,8 @@ change, each replayed over the whole archive:
   verdict rule     verdict-root-cause recommends `investigate` always (a final verdicts rule)
   role rule        demote-cascade-after-root's SQL changed (a final roles rule: the final phase replayed)
   early rule       xid-catalog-facts' SQL changed (an early rule: the early and final phases replayed)
-  data table       one row of xid_catalog.csv changed (every phase replayed, from the evidence)
+  data table       one row of xid_catalog.csv changed (the two early rules reading it compared)
+  catalog row      one row of catalogs/pytorch.csv changed (the extract rule reading the catalogs compared)
 
 Target: at least 1,000 attempts a minute on this machine (2 cores). Ends with a markdown table.
 """
@@ -83,6 +84,11 @@ def candidate(tmp: Path, kind: str) -> Path:
         "role rule": ("final/demote-cascade-after-root.yaml", "sql: |\n", "sql: |\n  -- changed for the bench\n"),
         "early rule": ("early/xid-catalog-facts.yaml", "sql: |\n", "sql: |\n  -- changed for the bench\n"),
         "data table": ("data/xid_catalog.csv", ",drain_and_reset_gpu", ",drain_node"),
+        "catalog row": (
+            "catalogs/pytorch.csv",
+            "(SIGABRT) received by PID,task_killed,,,cascade,none,none,",
+            "(SIGABRT) received by PID,task_killed,application_failure,user_code,root_candidate,host,fix_code,",
+        ),
     }
     path, old, new = edits[kind]
     f = out / path
@@ -115,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--attempts", type=int, default=2000)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument(
-        "--kinds", nargs="*", default=["extract rule", "verdict rule", "role rule", "early rule", "data table"]
+        "--kinds",
+        nargs="*",
+        default=["extract rule", "verdict rule", "role rule", "early rule", "data table", "catalog row"],
     )
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="impact-bench-") as tmp:

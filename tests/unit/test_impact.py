@@ -45,6 +45,23 @@ CHANGES = {
     ),
     # an actions rule: replayed from the state the archive kept once the verdict was chosen
     "action": ("final/action-gpu-recovery.yaml", "THEN 'reboot_node'", "THEN 'drain_node'"),
+    # a data table: compared in the rules that read it (two early rules read xid_catalog)
+    "data table": (
+        "data/xid_catalog.csv",
+        "GPU has fallen off the bus,RESTART_BM,CONTACT_SUPPORT,gpu,root_candidate,hardware_failure,gpu,reboot_node",
+        "GPU has fallen off the bus,RESTART_BM,CONTACT_SUPPORT,gpu,root_candidate,hardware_failure,gpu_memory,reboot_node",
+    ),
+    # a catalog row: compared in the one extract rule that reads the catalogs
+    "catalog row": (
+        "catalogs/pytorch.csv",
+        "Signal 6 (SIGABRT) received by PID,task_killed,,,cascade,none,none,",
+        "Signal 6 (SIGABRT) received by PID,task_killed,application_failure,user_code,root_candidate,host,fix_code,",
+    ),
+}
+# What the report says differs, where it is not the changed rule
+DIFFERENCES = {
+    "data table": "data/xid_catalog.csv changed (read by xid-catalog-facts, xid-caused-by-previous)",
+    "catalog row": "catalogs/pytorch.csv changed (read by catalog-messages)",
 }
 
 
@@ -93,7 +110,8 @@ def test_impact_names_exactly_the_attempts_a_rule_change_flips(archived, tmp_pat
     for c in report["changed"]:
         assert Outcome.model_validate(c["old"]) == Outcome.of(live[by_job[c["job_id"]]])
     assert sum(t["attempts"] for t in report["transitions"]) == len(expected)
-    assert report["differences"] == [f"rule {CHANGES[kind][0].split('/')[1].removesuffix('.yaml')} changed"]
+    rule = CHANGES[kind][0].split("/")[1].removesuffix(".yaml")
+    assert report["differences"] == [DIFFERENCES.get(kind, f"rule {rule} changed")]
     assert report["unseen"] == []  # the changed rules look for the lines they looked for
 
 
@@ -125,6 +143,9 @@ def test_what_each_change_took(archived, tmp_path, capsys):
     for early in ("early", "early, last"):
         assert set(how[early]) <= {"screened", "from early"} and how[early]["screened"] > 0
     assert set(how["action"]) == {"from roles"}
+    # a table's change: compared in the rules that read it, the candidate's table lent to them
+    assert set(how["data table"]) <= {"screened", "from early"} and how["data table"]["screened"] > 0
+    assert set(how["catalog row"]) <= {"screened", "from extract"} and how["catalog row"]["screened"] > 0
 
 
 def test_the_same_pack_changes_nothing_and_replays_nothing(archived, tmp_path, capsys):
