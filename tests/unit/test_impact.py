@@ -48,8 +48,8 @@ CHANGES = {
     # a data table: compared in the rules that read it (two early rules read xid_catalog)
     "data table": (
         "data/xid_catalog.csv",
-        "GPU has fallen off the bus,RESTART_BM,CONTACT_SUPPORT,gpu,root_candidate,hardware_failure,gpu,reboot_node",
-        "GPU has fallen off the bus,RESTART_BM,CONTACT_SUPPORT,gpu,root_candidate,hardware_failure,gpu_memory,reboot_node",
+        "CONTACT_SUPPORT,gpu,root_candidate,hardware_failure,gpu,reboot_node",
+        "CONTACT_SUPPORT,gpu,root_candidate,hardware_failure,gpu_memory,reboot_node",
     ),
     # a catalog row: compared in the one extract rule that reads the catalogs
     "catalog row": (
