@@ -18,7 +18,7 @@ from typing import Any
 from workload_attribution.rules.pack import PHASES, Pack, Rule
 from workload_attribution.rules.pack_data import DATA_DIR, PACK_DATA, table_of
 from workload_attribution.rules.phases import RESUMABLE, resume_point
-from workload_attribution.rules.reads import readers
+from workload_attribution.rules.reads import module_users, readers
 
 # What a rule decides with; the rest of its file is documentation and tests.
 _INERT = {"tests", "description", "labels", "path"}
@@ -79,7 +79,8 @@ class PackDiff:
     points: dict[str, str] = field(default_factory=dict)  # rule id -> its resume point (phases.py)
     outputs: dict[str, str] = field(default_factory=dict)  # rule id -> its output kind (in either pack)
     foundations: list[str] = field(default_factory=list)  # data files, modules, definitions that differ
-    # a differing foundation that is a table only some rules read (rules/reads.py) -> those rules
+    # a differing foundation only some rules stand on (a table they read, a Python module they
+    # run: rules/reads.py) -> those rules
     tables: dict[str, list[str]] = field(default_factory=dict)
     # when a catalogs/ file differs: the ids of the catalog rows that differ, None when the rest
     # are not in the same order (see catalog_rows)
@@ -95,11 +96,16 @@ class PackDiff:
         """The differing foundations any rule may stand on (not a table with known readers)."""
         return [f for f in self.foundations if f not in self.tables]
 
+    def reasons(self, rule_id: str) -> list[str]:
+        """Why a rule can decide differently: `rule` (it differs) and the foundations it stands on
+        that differ."""
+        return (["rule"] if rule_id in self.rules else []) + [f for f, ids in self.tables.items() if rule_id in ids]
+
     @property
     def affected(self) -> dict[str, str]:
         """Every rule that can decide differently: the differing rules, and those reading a
-        differing table (rule id -> added | removed | changed | reads <file>)."""
-        out = {r: f"reads {f}" for f, ids in self.tables.items() for r in ids}
+        differing table or run a differing module (rule id -> added | removed | changed | reads <file>)."""
+        out = {r: f"{_uses(f)} {f}" for f, ids in self.tables.items() for r in ids}
         return out | self.rules
 
     @property
@@ -113,14 +119,19 @@ class PackDiff:
 
     def describe(self) -> list[str]:
         out = [f"rule {r} {how}" for r, how in sorted(self.rules.items())]
-        out += [f"{f} changed" + _read_by(self.tables.get(f)) for f in self.foundations]
+        out += [f"{f} changed" + _stood_on_by(f, self.tables.get(f)) for f in self.foundations]
         return out + (["the precedence or the no_verdict changed"] if self.choice else [])
 
 
-def _read_by(ids: list[str] | None) -> str:
+def _uses(file: str) -> str:
+    return "runs" if file.startswith("python/") else "reads"
+
+
+def _stood_on_by(file: str, ids: list[str] | None) -> str:
     if ids is None:
         return ""
-    return f" (read by {', '.join(ids)})" if ids else " (read by no rule)"
+    verb = "run by" if _uses(file) == "runs" else "read by"
+    return f" ({verb} {', '.join(ids)})" if ids else f" ({verb} no rule)"
 
 
 def diff(shipped: Pack, candidate: Pack) -> PackDiff:
@@ -134,7 +145,7 @@ def diff(shipped: Pack, candidate: Pack) -> PackDiff:
     fa, fb = foundations(shipped), foundations(candidate)
     d.foundations = sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
     for f in d.foundations:
-        ids = _readers_in_both(shipped, candidate, f)
+        ids = _standing_on(shipped, candidate, f)
         if ids is not None:
             d.tables[f] = ids
     if any(f.startswith("catalogs/") for f in d.foundations):
@@ -160,13 +171,17 @@ def catalog_rows(shipped: Pack, candidate: Pack) -> list[str] | None:
     return differ if kept[0] == kept[1] else None
 
 
-def _readers_in_both(shipped: Pack, candidate: Pack, file: str) -> list[str] | None:
-    """The rules of either pack that read the table a differing file makes; None when the file
-    is no table, or some rule's reads cannot be told."""
+def _standing_on(shipped: Pack, candidate: Pack, file: str) -> list[str] | None:
+    """The rules of either pack that stand on a differing file: read the table it makes, or run
+    the Python module it is; None for any other file, or when that cannot be told."""
     table = table_of(file)
-    if table is None:
+    folder, _, name = file.partition("/")
+    if table is not None:
+        found = [readers(p, table) for p in (shipped, candidate)]
+    elif folder == "python" and name.endswith(".py") and "/" not in name:
+        found = [module_users(p, name.removesuffix(".py")) for p in (shipped, candidate)]
+    else:
         return None
-    found = [readers(p, table) for p in (shipped, candidate)]
     return None if None in found else sorted(set().union(*found))  # type: ignore[arg-type]
 
 

@@ -56,6 +56,15 @@ def _find_readers(pack: Pack, table: str) -> frozenset[str] | None:
     return frozenset(found)
 
 
+def module_users(pack: Pack, module: str) -> frozenset[str] | None:
+    """The ids of the pack's rules that run a function of its Python module python/<module>.py;
+    None when another module's code names it (it may import it: its rules would run it too)."""
+    others = {m: code for m, code in _modules(pack).items() if m != module}
+    if any(code is None or _names(code, module) for code in others.values()):
+        return None
+    return frozenset(r.id for r in pack.rules if r.python and r.python.partition(":")[0] == module)
+
+
 def _rule_reads(rule: Rule, table: str, modules: dict[str, str | None]) -> bool | None:
     if rule.catalog and table == CATALOG_TABLE:
         return True

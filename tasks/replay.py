@@ -283,11 +283,12 @@ class Replayer:
         return True
 
     def _differing_rows_silent(self, rule_id: str) -> bool:
-        """Whether a catalog rule (unchanged itself) finds nothing with only the catalog rows that
+        """Whether a catalog rule (unchanged itself, and its module) finds nothing with only the catalog rows that
         differ, in either pack: then no line matches a differing row, and it gives what it gave
         (diff.catalog_rows). Far cheaper than matching every row twice."""
         rows, rule = self.diff.catalog_rows, self.old_rules.get(rule_id)
-        if rows is None or rule is None or not rule.catalog or rule_id in self.diff.rules:
+        only_rows = all(why.startswith("catalogs/") for why in self.diff.reasons(rule_id))
+        if rows is None or rule is None or not rule.catalog or not only_rows:
             return False
         db, settings = self.old_db, self.settings
         try:

@@ -57,11 +57,18 @@ CHANGES = {
         "Signal 6 (SIGABRT) received by PID,task_killed,,,cascade,none,none,",
         "Signal 6 (SIGABRT) received by PID,task_killed,application_failure,user_code,root_candidate,host,fix_code,",
     ),
+    # a Python module: compared in the rule that runs it (an early rule)
+    "python module": (
+        "python/nvlink5.py",
+        'if d["immediate_action"] == "IGNORE":',
+        'if d["immediate_action"] != "IGNORE":',
+    ),
 }
 # What the report says differs, where it is not the changed rule
 DIFFERENCES = {
     "data table": "data/xid_catalog.csv changed (read by xid-catalog-facts, xid-caused-by-previous)",
     "catalog row": "catalogs/pytorch.csv changed (read by catalog-messages)",
+    "python module": "python/nvlink5.py changed (run by nvlink5-intrinfo-decode)",
 }
 
 
@@ -146,6 +153,7 @@ def test_what_each_change_took(archived, tmp_path, capsys):
     # a table's change: compared in the rules that read it, the candidate's table lent to them
     assert set(how["data table"]) <= {"screened", "from early"} and how["data table"]["screened"] > 0
     assert set(how["catalog row"]) <= {"screened", "from extract"} and how["catalog row"]["screened"] > 0
+    assert set(how["python module"]) <= {"screened", "from early"} and how["python module"]["screened"] > 0
 
 
 def test_the_same_pack_changes_nothing_and_replays_nothing(archived, tmp_path, capsys):

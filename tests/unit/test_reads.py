@@ -80,13 +80,27 @@ def test_a_table_change_starts_where_its_first_reader_runs_and_names_its_readers
     assert d.describe() == ["data/xid_catalog.csv changed (read by xid-catalog-facts, xid-caused-by-previous)"]
 
 
-def test_a_catalog_row_change_starts_at_extract_and_a_module_change_anywhere(pack_dir):
+def test_a_catalog_row_change_starts_at_extract_and_a_module_change_where_its_rule_runs(pack_dir):
     edit(pack_dir / "catalogs" / "nccl.csv", "async fatal event on", "async fatal event on ")
     d = diff(load_pack(), load_pack(pack_dir))
     assert (d.affected, d.first_point) == ({"catalog-messages": "reads catalogs/nccl.csv"}, "extract")
-    (pack_dir / "python" / "nvlink5.py").write_text((pack_dir / "python" / "nvlink5.py").read_text() + "\nX = 1\n")
+    module = pack_dir / "python" / "nvlink5.py"
+    module.write_text(module.read_text() + "\nX = 1\n")
+    d = diff(load_pack(), load_pack(pack_dir))
+    assert d.tables["python/nvlink5.py"] == ["nvlink5-intrinfo-decode"] and d.loose == []
+    assert d.first_point == "extract"  # the catalog row's rule runs first
+    assert d.reasons("catalog-messages") == ["catalogs/nccl.csv"]
+    assert d.describe()[-1] == "python/nvlink5.py changed (run by nvlink5-intrinfo-decode)"
+
+
+def test_a_module_another_module_names_may_be_run_by_any_rule_and_one_nobody_runs_by_none(pack_dir):
+    module = pack_dir / "python" / "nvlink5.py"
+    module.write_text(module.read_text() + "\nX = 1\n")
+    assert diff(load_pack(), load_pack(pack_dir)).first_point == "early"
+    (pack_dir / "python" / "helpers.py").write_text("import importlib\nNV = importlib.import_module('nvlink5')\n")
     d = diff(load_pack(), load_pack(pack_dir))
     assert d.loose == ["python/nvlink5.py"] and d.first_point == "extract"
+    assert d.tables == {"python/helpers.py": []}  # no rule runs it, no module names it
 
 
 def test_the_catalog_rows_that_differ_are_named_unless_the_others_move(pack_dir):
