@@ -192,6 +192,10 @@ class Replayer:
         archived = manifest.outcome if self._archived_is_shipped(manifest) else None
         if self.diff.first_point is None:  # nothing that differs is read by any rule
             return Replayed(old=archived, new=archived, how="alike")
+        if self.screen == "choice" and archived is not None:
+            rechosen = self._choose_again(manifest, lines, archived)
+            if rechosen is not None:
+                return rechosen
         start = self.start_of(manifest)
         # an early screen runs the shipped pack's rules on in its database: not when the shipped
         # pack's verdict must be replayed there too
@@ -206,6 +210,22 @@ class Replayer:
         else:
             new = self._new(manifest, lines, start).diagnose(manifest, start)
         return Replayed(old=archived or self.old_db.diagnose(manifest, start), new=new, how=f"from {start}")
+
+    def _choose_again(self, manifest: Manifest, lines: list[bytes], archived: Outcome) -> Replayed | None:
+        """Only the precedence or the fallback verdict differs: the verdicts rules' rows as the
+        archive kept them once the verdict was chosen, chosen from again by the candidate. The
+        same verdict chosen: nothing after it differs. None when the archive kept no such state
+        for a pack like the shipped one."""
+        kept = manifest.checkpoints.get("roles")
+        if kept is None or kept.prefix != self.prefixes["roles"] or "verdict" not in kept.tables:
+            return None
+        db = self.old_db
+        db.load(manifest, lines, "roles")
+        chosen = sorted(db.con.execute("SELECT * FROM verdict").fetchall(), key=repr)
+        choose_verdict(db.con, self.candidate)
+        if sorted(db.con.execute("SELECT * FROM verdict").fetchall(), key=repr) == chosen:
+            return Replayed(old=archived, new=archived, how="screened")
+        return Replayed(old=archived, new=db.diagnose(manifest, "roles", self.candidate), how="from roles")
 
     def _from_kept_verdicts(self, manifest: Manifest) -> Outcome | None:
         """After a verdicts screen that differs, the candidate's verdict without its other verdicts
@@ -307,8 +327,11 @@ def screen_phase(d: PackDiff, shipped: Pack, candidate: Pack) -> str | None:
     rules' events, verdicts rules' verdicts; neither phase's rules see each other's), the
     precedence and the fallback are the same, and no other rule reads what differs (a symptom's
     definition); "early" when only early rules changed, compared in order as the shipped pack's
-    early phase runs up to the last of them (Replayer._early_rules_agree). A rule that reads a
+    early phase runs up to the last of them (Replayer._early_rules_agree); "choice" when only the
+    precedence or the fallback verdict differs (the archive's verdicts chosen from again). A rule that reads a
     differing table counts as changed: its two versions are the same rule over the two tables."""
+    if d.choice and not d.affected and not d.loose:
+        return "choice"  # the verdicts rules' rows chosen from again (Replayer._choose_again)
     if not d.affected or d.choice or [f for f in d.loose if f != "symptom definitions"]:
         return None
     kinds = {(d.phases[r], d.outputs[r]) for r in d.affected}

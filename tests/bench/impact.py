@@ -15,6 +15,9 @@ change, each replayed over the whole archive:
   early rule       xid-catalog-facts' SQL changed (an early rule: the early and final phases replayed)
   data table       one row of xid_catalog.csv changed (the two early rules reading it compared)
   catalog row      one row of catalogs/pytorch.csv changed (the extract rule reading the catalogs compared)
+  python module    python/nvlink5.py changed (the early rule running it compared)
+  last early rule  scope-attempt's SQL changed (the early rule run last: the eleven before it run first)
+  precedence       two verdicts rules swapped in pack.yaml (the archive's verdicts chosen from again)
 
 Target: at least 1,000 attempts a minute on this machine (2 cores). Ends with a markdown table.
 """
@@ -83,6 +86,15 @@ def candidate(tmp: Path, kind: str) -> Path:
         ),
         "role rule": ("final/demote-cascade-after-root.yaml", "sql: |\n", "sql: |\n  -- changed for the bench\n"),
         "early rule": ("early/xid-catalog-facts.yaml", "sql: |\n", "sql: |\n  -- changed for the bench\n"),
+        "last early rule": ("early/scope-attempt.yaml", "sql: |\n", "sql: |\n  -- changed for the bench\n"),
+        "python module": ("python/nvlink5.py", '"RESET_GPU": "drain_and_reset_gpu"', '"RESET_GPU": "drain_node"'),
+        "precedence": (
+            "pack.yaml",
+            "  - verdict-root-cause         # the earliest root candidate inside the failure window\n"
+            "  - verdict-scheduler-oom      # the scheduler ended it for the job's own doing: memory, its own limits,"
+            " a command not found\n",
+            "  - verdict-scheduler-oom\n  - verdict-root-cause\n",
+        ),
         "data table": ("data/xid_catalog.csv", ",drain_and_reset_gpu", ",drain_node"),
         "catalog row": (
             "catalogs/pytorch.csv",
@@ -123,7 +135,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--kinds",
         nargs="*",
-        default=["extract rule", "verdict rule", "role rule", "early rule", "data table", "catalog row"],
+        default=[
+            "extract rule",
+            "verdict rule",
+            "role rule",
+            "early rule",
+            "last early rule",
+            "data table",
+            "catalog row",
+            "python module",
+            "precedence",
+        ],
     )
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="impact-bench-") as tmp:

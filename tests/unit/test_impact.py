@@ -63,12 +63,20 @@ CHANGES = {
         'if d["immediate_action"] == "IGNORE":',
         'if d["immediate_action"] != "IGNORE":',
     ),
+    # the precedence: the verdicts rules' rows the archive kept, chosen from again
+    "precedence": (
+        "pack.yaml",
+        "  - verdict-scheduler-action   # a time limit, preemption, cancel or eviction ended it\n"
+        "  - verdict-scheduler-message  # the scheduler's own words (PBS, LSF, Flux, Kubernetes) say why it ended it\n",
+        "  - verdict-scheduler-message\n  - verdict-scheduler-action\n",
+    ),
 }
 # What the report says differs, where it is not the changed rule
 DIFFERENCES = {
     "data table": "data/xid_catalog.csv changed (read by xid-catalog-facts, xid-caused-by-previous)",
     "catalog row": "catalogs/pytorch.csv changed (read by catalog-messages)",
     "python module": "python/nvlink5.py changed (run by nvlink5-intrinfo-decode)",
+    "precedence": "the precedence or the no_verdict changed",
 }
 
 
@@ -117,7 +125,7 @@ def test_impact_names_exactly_the_attempts_a_rule_change_flips(archived, tmp_pat
     for c in report["changed"]:
         assert Outcome.model_validate(c["old"]) == Outcome.of(live[by_job[c["job_id"]]])
     assert sum(t["attempts"] for t in report["transitions"]) == len(expected)
-    rule = CHANGES[kind][0].split("/")[1].removesuffix(".yaml")
+    rule = CHANGES[kind][0].rpartition("/")[2].removesuffix(".yaml")
     assert report["differences"] == [DIFFERENCES.get(kind, f"rule {rule} changed")]
     assert report["unseen"] == []  # the changed rules look for the lines they looked for
 
@@ -154,6 +162,7 @@ def test_what_each_change_took(archived, tmp_path, capsys):
     assert set(how["data table"]) <= {"screened", "from early"} and how["data table"]["screened"] > 0
     assert set(how["catalog row"]) <= {"screened", "from extract"} and how["catalog row"]["screened"] > 0
     assert set(how["python module"]) <= {"screened", "from early"} and how["python module"]["screened"] > 0
+    assert set(how["precedence"]) <= {"screened", "from roles"} and how["precedence"]["screened"] > 0
 
 
 def test_the_same_pack_changes_nothing_and_replays_nothing(archived, tmp_path, capsys):
