@@ -152,17 +152,21 @@ class Replayer:
         self.affected = self.diff.affected  # the rules a screen compares
         self.given = settings_dict(settings)
         self.prefixes = {p: prefix_digest(shipped, p, self.given) for p in RESUMABLE[1:]}
-        self.screen = screen_phase(self.diff, shipped, candidate)
+        self.stages = screen_stages(self.diff, shipped, candidate)
+        # the rules each stage compares: those of the affected whose phase it is
+        self.stage_rules = {
+            stage: [r for r in self.affected if self.diff.phases[r] == stage] for stage in self.stages or []
+        }
         # A failed screen's candidate runs where the screen ran, in the shipped pack's database: a
         # verdicts screen leaves it as loaded (the rows it added removed again, no event touched),
         # and packs that share everything a database is prepared with (modules, definitions; the
         # candidate's differing tables are lent to it) would prepare the candidate's alike; one
         # load of the attempt saved.
-        self.candidate_where_screened = self.screen == "final" and not self.diff.loose
+        self.candidate_where_screened = not self.diff.loose
         tables = sorted({t for f in self.diff.tables if (t := table_of(f))})
         self.old_db = PackDatabase(shipped, settings, lent=(candidate, tables) if tables else None)
         self.new_db = PackDatabase(candidate, settings)
-        self._new_loaded = False
+        self._new_at: str | None = None  # where the candidate's database has this attempt loaded
         self.old_rules = {r.id: r for r in shipped.rules}
         self.new_rules = {r.id: r for r in candidate.rules}
         self.redefined = {r for r in self.affected if _definitions(shipped, r) != _definitions(candidate, r)}
@@ -192,24 +196,46 @@ class Replayer:
         archived = manifest.outcome if self._archived_is_shipped(manifest) else None
         if self.diff.first_point is None:  # nothing that differs is read by any rule
             return Replayed(old=archived, new=archived, how="alike")
-        if self.screen == "choice" and archived is not None:
+        if self.stages == ["choice"] and archived is not None:
             rechosen = self._choose_again(manifest, lines, archived)
             if rechosen is not None:
                 return rechosen
         start = self.start_of(manifest)
-        # an early screen runs the shipped pack's rules on in its database: not when the shipped
-        # pack's verdict must be replayed there too
-        screened = self.screen == start and (archived is not None or start != "early")
-        self._new_loaded = False
-        if screened or archived is None:  # the shipped pack's database is needed: to screen, or to diagnose
-            self.old_db.load(manifest, lines, start)
-        if screened and self._outputs_agree(manifest, lines, start):
+        stages = self._stages_here(manifest, start, archived)
+        self._new_at = None
+        failed = None  # the stage whose rules differ on this attempt
+        for stage in stages:  # all earlier stages agreed: the state here is the shipped pack's
+            self.old_db.load(manifest, lines, stage)
+            if not self._outputs_agree(manifest, lines, stage):
+                failed = start = stage
+                break
+        if stages and failed is None:
             return Replayed(old=archived, new=archived, how="screened")
-        if screened and archived is not None and self.candidate_where_screened:
+        if failed is None and archived is None:  # the shipped pack's verdict is replayed too
+            self.old_db.load(manifest, lines, start)
+        if failed == "final" and archived is not None and self.candidate_where_screened:
             new = self._from_kept_verdicts(manifest) or self.old_db.diagnose(manifest, start, self.candidate)
         else:
             new = self._new(manifest, lines, start).diagnose(manifest, start)
         return Replayed(old=archived or self.old_db.diagnose(manifest, start), new=new, how=f"from {start}")
+
+    def _stages_here(self, manifest: Manifest, start: str, archived: Outcome | None) -> list[str]:
+        """The stages to screen this attempt by: the pack pair's (screen_stages), when the replay
+        starts at the first of them and the archive kept the state where each later one begins.
+        An early screen runs the shipped pack's rules on in its database, and a second stage needs
+        the first's outcome known: neither when the shipped pack's verdict must be replayed too."""
+        stages = self.stages or []
+        if not stages or stages[0] != start or "choice" in stages:
+            return []
+        if not all(self._kept(manifest, stage) for stage in stages[1:]):
+            return []
+        if archived is None and (len(stages) > 1 or start == "early"):
+            return []
+        return stages
+
+    def _kept(self, manifest: Manifest, point: str) -> bool:
+        kept = manifest.checkpoints.get(point)
+        return kept is not None and kept.prefix == self.prefixes[point]
 
     def _choose_again(self, manifest: Manifest, lines: list[bytes], archived: Outcome) -> Replayed | None:
         """Only the precedence or the fallback verdict differs: the verdicts rules' rows as the
@@ -236,7 +262,7 @@ class Replayer:
         kept = manifest.checkpoints.get("roles")
         if kept is None or kept.prefix != self.prefixes["roles"] or "verdicts" not in kept.tables:
             return None
-        db, differing = self.old_db, list(self.affected)
+        db, differing = self.old_db, self.stage_rules["final"]
         db.snapshots.drop(db.con)
         db.con.execute("DELETE FROM verdicts")
         load(db.con, kept.tables["verdicts"].encode().splitlines(), into="verdicts")
@@ -249,9 +275,9 @@ class Replayer:
 
     def _new(self, manifest: Manifest, lines: list[bytes], start: str) -> PackDatabase:
         """The candidate's database, this attempt loaded in it."""
-        if not self._new_loaded:
+        if self._new_at != start:
             self.new_db.load(manifest, lines, start)
-            self._new_loaded = True
+            self._new_at = start
         return self.new_db
 
     def _archived_is_shipped(self, manifest: Manifest) -> bool:
@@ -293,7 +319,7 @@ class Replayer:
         old and new versions run side by side on the state as the phase began. A new
         version whose symptoms mean the same as the old's runs beside it, in the shipped pack's
         database; else in the candidate's (its definitions)."""
-        for rid in self.affected:
+        for rid in self.stage_rules[start]:
             if self._differing_rows_silent(rid):
                 continue
             old, new = self.old_rules.get(rid), self.new_rules.get(rid)
@@ -321,39 +347,42 @@ class Replayer:
         return True
 
 
-def screen_phase(d: PackDiff, shipped: Pack, candidate: Pack) -> str | None:
-    """The phase whose differing rules alone can show whether an attempt changes, or None:
-    "extract" or "final" when every differing rule's output is added beside its peers' (extract
-    rules' events, verdicts rules' verdicts; neither phase's rules see each other's), the
-    precedence and the fallback are the same, and no other rule reads what differs (a symptom's
-    definition); "early" when only early rules changed, compared in order as the shipped pack's
-    early phase runs up to the last of them (Replayer._early_rules_agree); "choice" when only the
-    precedence or the fallback verdict differs (the archive's verdicts chosen from again). A rule that reads a
-    differing table counts as changed: its two versions are the same rule over the two tables."""
+def screen_stages(d: PackDiff, shipped: Pack, candidate: Pack) -> list[str] | None:
+    """The stages, in the order a run reaches them, whose differing rules alone can show whether
+    an attempt changes, or None. A stage is a phase's rules compared old against new on the
+    state as it began: "extract" and "final" when their output is added beside their peers'
+    (extract rules' events, verdicts rules' verdicts: neither phase's rules see each other's),
+    "early" when the packs run the same early rules in the same order, compared in turn as the
+    shipped pack's early phase runs up to the last of them (Replayer._early_rules_agree). Each
+    stage that agrees leaves the next the shipped pack's state. ["choice"] when only the
+    precedence or the fallback verdict differs (the archive's verdicts chosen from again). A rule
+    that reads a differing table counts as changed: its two versions are the same rule over the
+    two tables. No stage when the precedence and rules both differ, or what differs may be read
+    by any rule (a symptom's definition that rules other than its own name)."""
     if d.choice and not d.affected and not d.loose:
-        return "choice"  # the verdicts rules' rows chosen from again (Replayer._choose_again)
+        return ["choice"]  # Replayer._choose_again
     if not d.affected or d.choice or [f for f in d.loose if f != "symptom definitions"]:
-        return None
-    kinds = {(d.phases[r], d.outputs[r]) for r in d.affected}
-    if kinds == {("extract", "events")}:
-        phase = "extract"
-    elif kinds == {("final", "verdicts")}:
-        phase = "final"
-    elif {p for p, _ in kinds} == {"early"} and _same_early_run(d, shipped, candidate):
-        return "early"
-    else:
         return None
     if d.loose and not _definitions_local(d, shipped, candidate):
         return None
-    return phase
+    kinds: dict[str, set[str]] = {}
+    for r in d.affected:
+        kinds.setdefault(d.phases[r], set()).add(d.outputs[r])
+    screenable = {
+        "extract": kinds.get("extract") == {"events"},
+        "early": "early" in kinds and not d.loose and _same_early_run(d, shipped, candidate),
+        "final": kinds.get("final") == {"verdicts"},
+    }
+    if any(not screenable.get(phase, False) for phase in kinds):
+        return None
+    return [phase for phase in ("extract", "early", "final") if phase in kinds]
 
 
 def _same_early_run(d: PackDiff, shipped: Pack, candidate: Pack) -> bool:
-    """Both packs run the same early rules in the same order, only some changed, and mean by every
-    symptom the same (a rule's rows compared are then its effect compared)."""
+    """Both packs run the same early rules in the same order, only some changed (a rule's rows
+    compared are then its effect compared)."""
     order = [r.id for r in shipped.by_phase("early")]
-    in_both = all(how not in ("added", "removed") for how in d.affected.values())
-    return order == [r.id for r in candidate.by_phase("early")] and in_both and not d.loose
+    return order == [r.id for r in candidate.by_phase("early")]
 
 
 def _definitions_local(d: PackDiff, shipped: Pack, candidate: Pack) -> bool:

@@ -18,8 +18,14 @@ change, each replayed over the whole archive:
   python module    python/nvlink5.py changed (the early rule running it compared)
   last early rule  scope-attempt's SQL changed (the early rule run last: the eleven before it run first)
   precedence       two verdicts rules swapped in pack.yaml (the archive's verdicts chosen from again)
+  extract and verdict  both changes above (the extract rule compared, then the verdicts rule where
+                   it agreed)
 
 Target: at least 1,000 attempts a minute on this machine (2 cores). Ends with a markdown table.
+
+Each report is also checked (unless --no-verify): every corpus bundle diagnosed afresh under the
+candidate must change exactly where the report says, with the same new outcome, copies included.
+The check's time is not the bench's.
 """
 
 from __future__ import annotations
@@ -27,23 +33,30 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules"
 CORPORA = ("tests/regression", "tests/examples", "tests/real")
 
 
+def corpus_bundles() -> list[str]:
+    return sorted(str(p) for c in CORPORA for p in (ROOT / c).iterdir() if (p / "attempt.yaml").is_file())
+
+
 def build_archive(warehouse: Path, attempts: int) -> int:
     """Diagnose every bundle of the corpora into `warehouse` (archived), then copy archived
     attempts under new ids until there are `attempts`. The number archived."""
-    bundles = sorted(str(p) for c in CORPORA for p in (ROOT / c).iterdir() if (p / "attempt.yaml").is_file())
+    bundles = corpus_bundles()
     subprocess.run(
         [sys.executable, "-m", "workload_attribution", "diagnose", "--inline", "-q", "--warehouse", str(warehouse)]
         + bundles,
@@ -102,12 +115,13 @@ def candidate(tmp: Path, kind: str) -> Path:
             "(SIGABRT) received by PID,task_killed,application_failure,user_code,root_candidate,host,fix_code,",
         ),
     }
-    path, old, new = edits[kind]
-    f = out / path
-    text = f.read_text()
-    if old not in text:
-        sys.exit(f"bench: {path} no longer holds {old!r}: update tests/bench/impact.py")
-    f.write_text(text.replace(old, new, 1))
+    for part in kind.split(" and "):  # "extract rule and verdict rule": both changes
+        path, old, new = edits[part if part in edits else f"{part} rule"]
+        f = out / path
+        text = f.read_text()
+        if old not in text:
+            sys.exit(f"bench: {path} no longer holds {old!r}: update tests/bench/impact.py")
+        f.write_text(text.replace(old, new, 1))
     return out
 
 
@@ -128,6 +142,67 @@ def run_impact(warehouse: Path, cand: Path, jobs: int) -> dict:
     return report
 
 
+def _original(job_id: str) -> str:
+    return re.sub(r"-copy\d+$", "", job_id)
+
+
+def archived_outcomes(warehouse: Path) -> tuple[dict[tuple[str, str, int], Any], Counter[tuple[str, str, int]]]:
+    """The archived attempts' outcomes under the shipped pack, by (cluster, job id, attempt) of
+    the bundle each was copied from, and how many archived attempts each bundle has."""
+    from workload_attribution.warehouse.archive import Archive
+
+    archive = Archive(str(warehouse.with_name(f"{warehouse.stem}-archive")))
+    outcomes, copies = {}, Counter()
+    for e in archive.entries():
+        m = archive.read_manifest(e.key)
+        key = (m.attempt.cluster, _original(m.attempt.job_id), m.attempt.attempt)
+        copies[key] += 1
+        if key[1] == m.attempt.job_id:
+            outcomes[key] = m.outcome
+    return outcomes, copies
+
+
+def fresh_flips(cand: Path, shipped: dict[tuple[str, str, int], Any], jobs: int) -> dict[tuple[str, str, int], Any]:
+    """Every corpus bundle diagnosed afresh under the candidate (`jobs` processes): those whose
+    outcome differs from the shipped pack's, with the new outcome."""
+    from workload_attribution.contracts.models import Diagnosis
+    from workload_attribution.warehouse.archive import Outcome
+
+    bundles = corpus_bundles()
+    cmd = [sys.executable, "-m", "workload_attribution", "diagnose", "--inline", "-q", "--json", "--no-warehouse"]
+    procs = [
+        subprocess.Popen(
+            [*cmd, "--rules-dir", str(cand), *bundles[i::jobs]], stdout=subprocess.PIPE, cwd=ROOT, text=True
+        )
+        for i in range(jobs)
+    ]
+    flips = {}
+    for proc in procs:
+        out, _ = proc.communicate()
+        for line in out.splitlines():
+            d = Diagnosis.model_validate_json(line)
+            key = (d.attempt.cluster, d.attempt.job_id, d.attempt.attempt)
+            new = Outcome.of(d)
+            if key in shipped and not shipped[key].decides_as(new):
+                flips[key] = new
+    return flips
+
+
+def verify(report: dict, flips: dict[tuple[str, str, int], Any], copies: Counter[tuple[str, str, int]]) -> str:
+    """'yes', or what the report got wrong against a fresh diagnosis."""
+    from workload_attribution.warehouse.archive import Outcome
+
+    said: Counter[tuple[str, str, int]] = Counter()
+    wrong = []
+    for c in report["changed"]:
+        key = (c["cluster"], _original(c["job_id"]), c["attempt"])
+        said[key] += 1
+        if key not in flips or Outcome.model_validate(c["new"]) != flips[key]:
+            wrong.append(f"{key}: said {c['new']}, fresh {flips.get(key)}")
+    missed = [f"{k}: {copies[k] - said[k]} of {copies[k]} not reported" for k in flips if said[k] != copies[k]]
+    return "yes" if not (wrong or missed) else "NO: " + "; ".join((wrong + missed)[:5])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--attempts", type=int, default=2000)
@@ -145,30 +220,37 @@ def main(argv: list[str] | None = None) -> int:
             "catalog row",
             "python module",
             "precedence",
+            "extract and verdict",
         ],
     )
+    ap.add_argument("--no-verify", action="store_true", help="skip checking each report against fresh diagnoses")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="impact-bench-") as tmp:
         wh = Path(tmp) / "w.duckdb"
         t = time.perf_counter()
         n = build_archive(wh, a.attempts)
         print(f"archive: {n} attempts ({time.perf_counter() - t:.0f} s to build)", flush=True)
+        shipped, copies = archived_outcomes(wh)
         rows = []
         for kind in a.kinds:
             load = os.getloadavg()[0]
-            rep = run_impact(wh, candidate(Path(tmp), kind), a.jobs)
+            cand = candidate(Path(tmp), kind)
+            rep = run_impact(wh, cand, a.jobs)
             per_min = rep["attempts"] / rep["wall"] * 60
             how = ", ".join(f"{k} {v}" for k, v in sorted(rep["how"].items()))
-            rows.append((kind, rep["attempts"], len(rep["changed"]), rep["wall"], per_min, how, load))
-            print(f"{kind}: {rep['attempts']} in {rep['wall']:.1f} s = {per_min:,.0f}/min ({how})", flush=True)
+            right = "not checked" if a.no_verify else verify(rep, fresh_flips(cand, shipped, a.jobs), copies)
+            rows.append((kind, rep["attempts"], len(rep["changed"]), rep["wall"], per_min, how, load, right))
+            print(f"{kind}: {rep['attempts']} in {rep['wall']:.1f} s = {per_min:,.0f}/min ({how}); right: {right}")
     print(
         f"\n{n} archived attempts, {a.jobs} processes, wall time of the whole command (start-up included):\n\n"
-        "| change | attempts | changed | wall | **attempts / minute** | what the replays took | load |\n"
-        "| --- | ---: | ---: | ---: | ---: | --- | ---: |"
+        "| change | attempts | changed | wall | **attempts / minute** | what the replays took | load | right |\n"
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"
     )
-    for kind, total, changed, wall, per_min, how, load in rows:
-        print(f"| {kind} | {total:,} | {changed:,} | {wall:.1f} s | **{per_min:,.0f}** | {how} | {load:.1f} |")
-    return 0 if all(r[4] >= 1000 for r in rows) else 1
+    for kind, total, changed, wall, per_min, how, load, right in rows:
+        print(
+            f"| {kind} | {total:,} | {changed:,} | {wall:.1f} s | **{per_min:,.0f}** | {how} | {load:.1f} | {right} |"
+        )
+    return 0 if all(r[4] >= 1000 and r[7] in ("yes", "not checked") for r in rows) else 1
 
 
 if __name__ == "__main__":

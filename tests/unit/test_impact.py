@@ -70,6 +70,8 @@ CHANGES = {
         "  - verdict-scheduler-message  # the scheduler's own words (PBS, LSF, Flux, Kubernetes) say why it ended it\n",
         "  - verdict-scheduler-message\n  - verdict-scheduler-action\n",
     ),
+    # two phases: the extract rule compared first, then (where it agrees) the verdicts rule
+    "extract and verdict": ["extract", "verdict"],
 }
 # What the report says differs, where it is not the changed rule
 DIFFERENCES = {
@@ -81,14 +83,19 @@ DIFFERENCES = {
 
 
 def candidate(tmp_path, kind):
-    path, old, new = CHANGES[kind]
-    out = tmp_path / f"candidate-{kind.replace(', ', '-')}"
+    out = tmp_path / f"candidate-{kind.replace(', ', '-').replace(' ', '-')}"
     shutil.copytree(RULES_DIR, out, ignore=shutil.ignore_patterns("*.py", "__pycache__", "*.sql", "*.md"))
     shutil.copytree(RULES_DIR / "python", out / "python", dirs_exist_ok=True)
-    text = (out / path).read_text()
-    assert old in text, f"{path} changed: update this test's change"
-    (out / path).write_text(text.replace(old, new, 1))
+    for path, old, new in edits(kind):
+        text = (out / path).read_text()
+        assert old in text, f"{path} changed: update this test's change"
+        (out / path).write_text(text.replace(old, new, 1))
     return out
+
+
+def edits(kind):
+    change = CHANGES[kind]
+    return [CHANGES[k] for k in change] if isinstance(change, list) else [change]
 
 
 @pytest.fixture(scope="module")
@@ -125,8 +132,10 @@ def test_impact_names_exactly_the_attempts_a_rule_change_flips(archived, tmp_pat
     for c in report["changed"]:
         assert Outcome.model_validate(c["old"]) == Outcome.of(live[by_job[c["job_id"]]])
     assert sum(t["attempts"] for t in report["transitions"]) == len(expected)
-    rule = CHANGES[kind][0].rpartition("/")[2].removesuffix(".yaml")
-    assert report["differences"] == [DIFFERENCES.get(kind, f"rule {rule} changed")]
+    rules = sorted(path.rpartition("/")[2].removesuffix(".yaml") for path, _, _ in edits(kind))
+    assert report["differences"] == (
+        [DIFFERENCES[kind]] if kind in DIFFERENCES else [f"rule {r} changed" for r in rules]
+    )
     assert report["unseen"] == []  # the changed rules look for the lines they looked for
 
 
@@ -163,6 +172,9 @@ def test_what_each_change_took(archived, tmp_path, capsys):
     assert set(how["catalog row"]) <= {"screened", "from extract"} and how["catalog row"]["screened"] > 0
     assert set(how["python module"]) <= {"screened", "from early"} and how["python module"]["screened"] > 0
     assert set(how["precedence"]) <= {"screened", "from roles"} and how["precedence"]["screened"] > 0
+    # the verdicts rule is compared only where the extract rule agreed: some attempts replay from there
+    both = how["extract and verdict"]
+    assert set(both) == {"screened", "from extract", "from final"}, both
 
 
 def test_the_same_pack_changes_nothing_and_replays_nothing(archived, tmp_path, capsys):
