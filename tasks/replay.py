@@ -7,11 +7,16 @@ A replay does only the work the two packs can differ in (rules/diff.py):
   phase begins, or in the final phase once the verdict is chosen), from the state the archive kept
   there for the pack that diagnosed the attempt (used when that pack agrees with the shipped one up
   to there), else from the evidence;
-- when the packs differ only in rules that do not see each other's output (extract rules, or
-  final-phase verdicts rules) and in nothing the others read, the differing rules alone run, old
-  and new on the same state: the same output means the same diagnosis, and nothing more runs;
-  when they differ only in early rules, the shipped pack's early phase runs up to the last of
-  them, each compared old against new as its turn comes;
+- the rules that can decide differently are the differing rules and those standing on a differing
+  table or Python module (rules/reads.py: a catalog row is judged by the catalog rule, a row of
+  xid_catalog.csv by the two early rules reading it); the candidate's tables are lent to the
+  shipped pack's database, in front of its own while a candidate's rule runs;
+- those rules are screened stage by stage (screen_stages): an extract or verdicts rule's old and
+  new versions run side by side on the state as its phase began (they do not see each other's
+  output), early rules in turn as the shipped pack's early phase runs up to the last of them.
+  The same output at every stage means the same diagnosis, and nothing more runs; where a stage
+  differs, the candidate runs from there (each stage that agreed left the shipped pack's state);
+- a change of the precedence alone chooses again from the verdicts the archive kept;
 - the shipped pack's verdict is the archived one when the archive was made by the same pack with
   the same settings (the rules are deterministic); else it is replayed too.
 
@@ -157,8 +162,8 @@ class Replayer:
         self.stage_rules = {
             stage: [r for r in self.affected if self.diff.phases[r] == stage] for stage in self.stages or []
         }
-        # A failed screen's candidate runs where the screen ran, in the shipped pack's database: a
-        # verdicts screen leaves it as loaded (the rows it added removed again, no event touched),
+        # Where the verdicts stage differs, the candidate runs where the screen ran, in the shipped
+        # pack's database: the screen leaves it as loaded (the rows it added removed again),
         # and packs that share everything a database is prepared with (modules, definitions; the
         # candidate's differing tables are lent to it) would prepare the candidate's alike; one
         # load of the attempt saved.
