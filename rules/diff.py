@@ -1,8 +1,10 @@
 """What two rules packs can decide differently, as far as the packs alone say: which rules differ,
-whether the precedence or the fallback verdict differs, and whether what every rule stands on
-differs (the data tables, the Python modules, the symptom definitions). A replay
-(tasks/replay.py) starts at the first phase where the packs part, from the events as they stood
-then, when the archive kept them (`prefix_digest` says whether it did, for this pack).
+whether the precedence or the fallback verdict differs, and whether what the rules stand on
+differs (the data tables, the Python modules, the symptom definitions). A differing table or module
+counts against the rules that read or run it, when those can be told (rules/reads.py), else
+against every rule. A replay (tasks/replay.py) starts at the first phase where the packs part,
+from the events as they stood then, when the archive kept them (`prefix_digest` says whether it
+did, for this pack).
 
 A rule's tests, description and labels decide nothing: a change to them changes no digest here.
 """
@@ -81,31 +83,27 @@ class PackDiff:
     foundations: list[str] = field(default_factory=list)  # data files, modules, definitions that differ
     # a differing foundation only some rules stand on (a table they read, a Python module they
     # run: rules/reads.py) -> those rules
-    tables: dict[str, list[str]] = field(default_factory=dict)
+    stood_on: dict[str, list[str]] = field(default_factory=dict)
     # when a catalogs/ file differs: the ids of the catalog rows that differ, None when the rest
     # are not in the same order (see catalog_rows)
     catalog_rows: list[str] | None = None
     choice: bool = False  # the precedence or the fallback verdict differs
 
     @property
-    def same(self) -> bool:
-        return not (self.rules or self.foundations or self.choice)
-
-    @property
     def loose(self) -> list[str]:
         """The differing foundations any rule may stand on (not a table with known readers)."""
-        return [f for f in self.foundations if f not in self.tables]
+        return [f for f in self.foundations if f not in self.stood_on]
 
     def reasons(self, rule_id: str) -> list[str]:
         """Why a rule can decide differently: `rule` (it differs) and the foundations it stands on
         that differ."""
-        return (["rule"] if rule_id in self.rules else []) + [f for f, ids in self.tables.items() if rule_id in ids]
+        return (["rule"] if rule_id in self.rules else []) + [f for f, ids in self.stood_on.items() if rule_id in ids]
 
     @property
     def affected(self) -> dict[str, str]:
         """Every rule that can decide differently: the differing rules, and those reading a
         differing table or run a differing module (rule id -> added | removed | changed | reads <file>)."""
-        out = {r: f"{_uses(f)} {f}" for f, ids in self.tables.items() for r in ids}
+        out = {r: f"{_uses(f)} {f}" for f, ids in self.stood_on.items() for r in ids}
         return out | self.rules
 
     @property
@@ -119,7 +117,7 @@ class PackDiff:
 
     def describe(self) -> list[str]:
         out = [f"rule {r} {how}" for r, how in sorted(self.rules.items())]
-        out += [f"{f} changed" + _stood_on_by(f, self.tables.get(f)) for f in self.foundations]
+        out += [f"{f} changed" + _stood_on_by(f, self.stood_on.get(f)) for f in self.foundations]
         return out + (["the precedence or the no_verdict changed"] if self.choice else [])
 
 
@@ -147,7 +145,7 @@ def diff(shipped: Pack, candidate: Pack) -> PackDiff:
     for f in d.foundations:
         ids = _standing_on(shipped, candidate, f)
         if ids is not None:
-            d.tables[f] = ids
+            d.stood_on[f] = ids
     if any(f.startswith("catalogs/") for f in d.foundations):
         d.catalog_rows = catalog_rows(shipped, candidate)
     for rid in d.affected:

@@ -168,7 +168,7 @@ class Replayer:
         # candidate's differing tables are lent to it) would prepare the candidate's alike; one
         # load of the attempt saved.
         self.candidate_where_screened = not self.diff.loose
-        tables = sorted({t for f in self.diff.tables if (t := table_of(f))})
+        tables = sorted({t for f in self.diff.stood_on if (t := table_of(f))})
         self.old_db = PackDatabase(shipped, settings, lent=(candidate, tables) if tables else None)
         self.new_db = PackDatabase(candidate, settings)
         self._new_at: str | None = None  # where the candidate's database has this attempt loaded

@@ -87,7 +87,7 @@ def test_a_catalog_row_change_starts_at_extract_and_a_module_change_where_its_ru
     module = pack_dir / "python" / "nvlink5.py"
     module.write_text(module.read_text() + "\nX = 1\n")
     d = diff(load_pack(), load_pack(pack_dir))
-    assert d.tables["python/nvlink5.py"] == ["nvlink5-intrinfo-decode"] and d.loose == []
+    assert d.stood_on["python/nvlink5.py"] == ["nvlink5-intrinfo-decode"] and d.loose == []
     assert d.first_point == "extract"  # the catalog row's rule runs first
     assert d.reasons("catalog-messages") == ["catalogs/nccl.csv"]
     assert d.describe()[-1] == "python/nvlink5.py changed (run by nvlink5-intrinfo-decode)"
@@ -100,7 +100,7 @@ def test_a_module_another_module_names_may_be_run_by_any_rule_and_one_nobody_run
     (pack_dir / "python" / "helpers.py").write_text("import importlib\nNV = importlib.import_module('nvlink5')\n")
     d = diff(load_pack(), load_pack(pack_dir))
     assert d.loose == ["python/nvlink5.py"] and d.first_point == "extract"
-    assert d.tables == {"python/helpers.py": []}  # no rule runs it, no module names it
+    assert d.stood_on == {"python/helpers.py": []}  # no rule runs it, no module names it
 
 
 def test_the_catalog_rows_that_differ_are_named_unless_the_others_move(pack_dir):
