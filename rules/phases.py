@@ -22,14 +22,14 @@ ONE_THREAD_ROWS = 122_880  # a DuckDB row group
 
 
 @lru_cache(maxsize=1)
-def _engine_sql() -> str:
+def engine_sql() -> str:
     return ENGINE_SQL.read_text()
 
 
 def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> None:
     """The engine's tables and views, the settings, the pack's data and symptom definitions; the
     first time on a database, also its sandbox."""
-    con.execute(_engine_sql())
+    con.execute(engine_sql())
     _write_settings(con, settings)
     locked = con.execute("SELECT current_setting('lock_configuration')").fetchone()
     if not (locked and locked[0]):  # the first time: load the pack's data, then lock the database

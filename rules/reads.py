@@ -23,7 +23,7 @@ import duckdb
 
 from workload_attribution.rules.pack import Pack, Rule
 from workload_attribution.rules.pack_data import CATALOG_TABLE
-from workload_attribution.rules.phases import ENGINE_SQL
+from workload_attribution.rules.phases import engine_sql
 
 # (pack path, pack version, table) -> the rules reading it, or None
 _READERS: dict[tuple[str, str, str], frozenset[str] | None] = {}
@@ -40,7 +40,7 @@ def readers(pack: Pack, table: str) -> frozenset[str] | None:
 
 
 def _find_readers(pack: Pack, table: str) -> frozenset[str] | None:
-    if _names(ENGINE_SQL.read_text(), table):  # a view of the engine's: every rule may see it
+    if _names(engine_sql(), table):  # a view of the engine's: every rule may see it
         return None
     modules = _modules(pack)
     rule_modules = {(r.python or "").partition(":")[0] for r in pack.rules if r.python}

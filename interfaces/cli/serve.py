@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from workload_attribution.cli import common
@@ -84,23 +85,21 @@ def _logging(args: argparse.Namespace) -> logging.Logger:
     return log
 
 
-def _server(config: Any, log: logging.Logger, scheme: str, what: str, max_connections: int, svc: Any) -> Any:
-    """uvicorn's server, saying where it listens once it does (the port it really bound)."""
+def make_server(config: Any, app: Any, announce: Callable[[list[tuple]], None] | None = None) -> Any:
+    """uvicorn's server for the app: it tells the app when it begins to stop (a trigger still waiting
+    for Prefect is answered 'queued' then, not cut by uvicorn's graceful-shutdown deadline) and
+    hands `announce` the addresses it really bound."""
     import uvicorn
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)
-            bound = [s.getsockname() for srv in getattr(self, "servers", []) for s in srv.sockets or []]
-            where = ", ".join(f"{scheme}://{h if ':' not in h else f'[{h}]'}:{p}" for h, p, *_ in bound)
-            log.info(
-                "listening on %s (%s; max %d connections, request head within %g s, body stalls %g s)",
-                where or f"{scheme}://{config.host}:{config.port}",
-                what,
-                max_connections,
-                svc.header_timeout_s,
-                svc.body_timeout_s,
-            )
+            if announce is not None:
+                announce([s.getsockname() for srv in getattr(self, "servers", []) for s in srv.sockets or []])
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            app.state.svc.stopping.set()
+            await super().shutdown(sockets)
 
     return Server(config)
 
@@ -122,8 +121,9 @@ def run(args: argparse.Namespace) -> int:
             max_connections,
             wanted,
         )
+    app = create_app(cfg, dashboard_only=args.dashboard_only, insecure=args.insecure_no_auth)
     config = uvicorn.Config(
-        create_app(cfg, dashboard_only=args.dashboard_only, insecure=args.insecure_no_auth),
+        app,
         host=args.host or svc.host,
         port=args.port or svc.port,
         http=bounded.protocol(svc.header_timeout_s, svc.body_timeout_s, max_connections),
@@ -137,5 +137,17 @@ def run(args: argparse.Namespace) -> int:
     )
     scheme = "https" if args.tls_cert else "http"
     what = "dashboard and reads only" if args.dashboard_only else f"triggers start {svc.deployment}"
-    _server(config, log, scheme, what, max_connections, svc).run()
+
+    def announce(bound: list[tuple]) -> None:
+        where = ", ".join(f"{scheme}://{h if ':' not in h else f'[{h}]'}:{p}" for h, p, *_ in bound)
+        log.info(
+            "listening on %s (%s; max %d connections, request head within %g s, body stalls %g s)",
+            where or f"{scheme}://{config.host}:{config.port}",
+            what,
+            max_connections,
+            svc.header_timeout_s,
+            svc.body_timeout_s,
+        )
+
+    make_server(config, app, announce).run()
     return EXIT_OK

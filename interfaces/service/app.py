@@ -28,12 +28,54 @@ from workload_attribution import version
 from workload_attribution.flows.config import Config
 from workload_attribution.service.auth import AuthError
 from workload_attribution.service.credentials import Credentials
-from workload_attribution.service.intake import Entry, Outbox, Trigger
+from workload_attribution.service.intake import RETRY_AFTER_S, Entry, Outbox, Trigger
 from workload_attribution.service.metrics import Metrics
 from workload_attribution.service.sessions import Sessions
 
 log = logging.getLogger("workload_attribution.service")
 access_log = logging.getLogger("workload_attribution.access")
+
+
+class AnswerWhenCut:
+    """A request still running when the service stops is cut short (uvicorn cancels it once its
+    graceful shutdown is over): answer 503 with Retry-After, which tells the sender to keep it and
+    send it again, not uvicorn's bare 500. A trigger already in the outbox is created at the next
+    start all the same; the sender's repeat is then a duplicate of the same idempotency key."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except asyncio.CancelledError:
+            if started:  # half an answer cannot be mended: uvicorn closes the connection
+                raise
+            log.warning("%s %s cut short by the stop: answered 503", scope.get("method"), scope.get("path"))
+            body = b'{"detail":"the service is stopping, retry later"}'
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 503,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"retry-after", RETRY_AFTER_S.encode()),
+                        (b"connection", b"close"),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
 
 
 @dataclass
@@ -51,6 +93,7 @@ class Services:
     pack: Any = None  # the rules pack POST /v1/diagnose runs (loaded once)
     in_flight: dict[str, asyncio.Future] = field(default_factory=dict)
     diagnose_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set by the server when it begins to stop
 
     def finish(self, entry: Entry, task: asyncio.Future, source: str, late: bool) -> None:
         """A creation that outlived its request: the entry goes once the run exists; a failure
@@ -198,6 +241,8 @@ def create_app(  # noqa: C901, PLR0915
         client = request.client.host if request.client else "-"
         access_log.info('%s "%s %s" %d %.3fs', client, request.method, endpoint, response.status_code, took)
         return response
+
+    app.add_middleware(AnswerWhenCut)  # added last: outside `measure`, it sees every request
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

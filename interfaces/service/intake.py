@@ -116,6 +116,9 @@ class Outbox:
         return len(names), max(0.0, time.time() - oldest_ns / 1e9)
 
 
+RETRY_AFTER_S = "10"  # what a 503 tells the sender to wait before it sends the trigger again
+
+
 class Unreachable(Exception):
     """Prefect could not be reached (connection refused, DNS, the deployment missing)."""
 

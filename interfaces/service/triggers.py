@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from workload_attribution.connectors.schedulers import Scheduler, Webhook, get_scheduler, schedulers
 from workload_attribution.contracts.identity import STATIC, Target
 from workload_attribution.service.auth import Scope, authorize, check_signature, require
-from workload_attribution.service.intake import Unreachable
+from workload_attribution.service.intake import RETRY_AFTER_S, Unreachable
 from workload_attribution.service.payloads import (
     Accepted,
     AttemptRequest,
@@ -30,7 +30,6 @@ from workload_attribution.service.payloads import (
 
 log = logging.getLogger("workload_attribution.service")
 router = APIRouter()
-RETRY_AFTER_S = "10"
 
 
 async def signed_body(request: Request) -> bytes:
@@ -79,8 +78,12 @@ async def start(request: Request, source: str, target: Target, key: str) -> JSON
         )
     task = asyncio.ensure_future(svc.trigger.start(key, params, tags))
     svc.in_flight[key] = task
-    done, _ = await asyncio.wait({task}, timeout=svc.cfg.service.answer_within_s)
-    if not done:  # Prefect is slow: the run is created when it answers (or by the drainer)
+    stopping = asyncio.ensure_future(svc.stopping.wait())
+    done, _ = await asyncio.wait(
+        {task, stopping}, timeout=svc.cfg.service.answer_within_s, return_when=asyncio.FIRST_COMPLETED
+    )
+    stopping.cancel()
+    if task not in done:  # Prefect is slow or the service stops: the run is made when it answers, or by the drainer
         task.add_done_callback(lambda t: svc.finish(entry, t, source, late=True))
         _outcome(svc, source, "queued", key)
         return JSONResponse(Accepted(status="queued", idempotency_key=key).model_dump(), status_code=202)

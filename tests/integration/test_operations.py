@@ -48,6 +48,12 @@ HOOK = ROOT / "deployments" / "slurm" / "attribution-hook"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
+@pytest.fixture(autouse=True)
+def whole_stack(stack):
+    """Each test here stops parts of the stack; each begins with all of them up."""
+    stack.restore()
+
+
 def needs_slurm(stack) -> None:
     if not stack.slurm:
         pytest.skip("real Slurm needs root")

@@ -152,6 +152,18 @@ class PrefectStack:
             return
         proc.wait(60)
 
+    def restore(self) -> None:
+        """Start again the server, worker or service a test stopped and left down (one that failed
+        midway): the next test finds the stack whole, and fails only for its own reasons."""
+        for name, start in (
+            ("server", self.start_server),
+            ("worker", self.start_worker),
+            ("service", self.start_service),
+        ):
+            proc = self.procs.get(name)
+            if proc is not None and proc.poll() is not None:
+                start()
+
     def client_settings(self):
         """This test process as a Prefect client of the stack's server (settings are cached: the
         environment alone would not switch them)."""

@@ -12,6 +12,7 @@ import json
 import threading
 import time
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -357,6 +358,72 @@ def test_a_busy_orchestrator_gets_the_caller_an_answer_in_time_and_the_run_still
         assert held.created == ["eos:slurm:4191701:0"]
         assert 'attribution_triggers_total{outcome="started_late",source="slurm"} 1.0' in metrics
         assert 'attribution_flow_runs_started_total{source="slurm"} 1.0' in metrics
+
+
+def test_the_service_stopping_answers_what_it_still_holds(monkeypatch, tmp_path, caplog):
+    """SIGTERM with requests in flight (uvicorn's graceful shutdown, 0.5 s here): a trigger still
+    waiting for Prefect is answered 'queued' at once, its run made at the next start from the
+    outbox; a request outliving the deadline, which uvicorn cancels and would answer with a bare
+    500, is answered 503 + Retry-After (the sender keeps it and sends it again)."""
+    import asyncio
+
+    import uvicorn
+
+    from tests.services.prometheus import free_port
+    from workload_attribution.cli.serve import make_server
+    from workload_attribution.service import bounded
+    from workload_attribution.service.intake import Outbox
+
+    caplog.set_level("INFO", logger="workload_attribution.service")
+    monkeypatch.setenv("ATTRIBUTION_API_TOKEN", TOKEN)
+    monkeypatch.setenv("ATTRIBUTION_WEBHOOK_SECRET", SECRET)
+    cfg = Config(
+        warehouse=str(tmp_path / "w.duckdb"),
+        clusters={"eos": {"scheduler": "slurm"}},
+        service={"answer_within_s": 60, "outbox_dir": str(tmp_path / "outbox")},
+    )
+    held = HeldPrefect(fail=False)
+    app = create_app(cfg, held)
+    slow_began = threading.Event()
+
+    async def slow() -> dict:  # any request that outlives the stop (a large POST /v1/diagnose, a read)
+        slow_began.set()
+        await asyncio.Event().wait()
+        return {}
+
+    app.add_api_route("/slow", slow)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", http=bounded.protocol(5, 5, 64))
+    config.timeout_graceful_shutdown = 0.5
+    server = make_server(config, app)
+    serving = threading.Thread(target=server.run, daemon=True)
+    serving.start()
+    wait_until(lambda: server.started, "the service to listen")
+    answers: dict = {}
+    body = json.dumps(FAILED).encode()
+    senders = [
+        threading.Thread(
+            target=lambda: answers.__setitem__(
+                "trigger", httpx.post(f"{url}/v1/webhooks/slurm", content=body, headers=signed(body), timeout=30)
+            )
+        ),
+        threading.Thread(target=lambda: answers.__setitem__("slow", httpx.get(f"{url}/slow", timeout=30))),
+    ]
+    for t in senders:
+        t.start()
+    wait_until(lambda: Outbox(tmp_path / "outbox").pending() and slow_began.is_set(), "both requests in flight")
+    server.should_exit = True  # what SIGTERM does; Prefect still holds the creation
+    for t in senders:
+        t.join(30)
+    wait_until(lambda: "stopped: 1 trigger(s) left in the outbox" in caplog.text, "the service to say what it left")
+    held.release.set()  # Prefect answers only once the service is gone
+    serving.join(30)
+    trigger, cut = answers["trigger"], answers["slow"]
+    assert trigger.status_code == 202 and trigger.json()["status"] == "queued", trigger.text
+    assert cut.status_code == 503 and cut.headers["Retry-After"] == "10", (cut.status_code, cut.text)
+    assert "stopping" in cut.json()["detail"]
+    assert [e.key for e in Outbox(tmp_path / "outbox").pending()] == ["eos:slurm:4191701:0"]  # made at next start
 
 
 # ------------------------------------------------------------------ ids, signatures, time filters
