@@ -53,10 +53,24 @@ DEPLOYMENTS = (
 ZOMBIE_AUTOMATION = "workload-attribution: crash flow runs whose worker died"
 
 
+# What says a run's worker is alive. Each of these (in `after` and in `expect`) starts the window
+# again; a terminal state (`expect` only) closes it. Pending and Running are among them because a
+# worker can die after it claimed a run and before its first heartbeat left: heartbeats alone
+# (Prefect's documented automation) would never watch that run, which would stay Pending forever.
+ALIVE = ("prefect.flow-run.Pending", "prefect.flow-run.Running", "prefect.flow-run.heartbeat")
+ENDED = (
+    "prefect.flow-run.Completed",
+    "prefect.flow-run.Failed",
+    "prefect.flow-run.Cancelled",
+    "prefect.flow-run.Crashed",
+)
+
+
 def crash_unresponsive_runs(after_s: float) -> None:
-    """A run whose heartbeats stop (its worker was killed, its host lost) is marked Crashed after
-    `after_s`, so no run stays Running forever and a new trigger for its attempt starts a new run
-    (Prefect's documented zombie-run automation; our workers send the heartbeats, flows/worker.py)."""
+    """A run claimed or running whose worker goes silent (killed, its host lost) is marked Crashed
+    after `after_s`, so no run stays Pending or Running forever and the automation below runs it
+    again (Prefect's documented zombie-run automation, from the claim on; our workers send the
+    heartbeats, flows/worker.py). A claimed run must reach Running within `after_s`."""
     from datetime import timedelta
 
     from prefect.automations import Automation
@@ -71,16 +85,10 @@ def crash_unresponsive_runs(after_s: float) -> None:
             client.delete_automation(old.id)
     Automation(
         name=ZOMBIE_AUTOMATION,
-        description=f"A flow run with no heartbeat for {after_s:g} s is Crashed.",
+        description=f"A claimed or running flow run with no heartbeat for {after_s:g} s is Crashed.",
         trigger=EventTrigger(
-            after={"prefect.flow-run.heartbeat"},
-            expect={
-                "prefect.flow-run.heartbeat",
-                "prefect.flow-run.Completed",
-                "prefect.flow-run.Failed",
-                "prefect.flow-run.Cancelled",
-                "prefect.flow-run.Crashed",
-            },
+            after=set(ALIVE),
+            expect={*ALIVE, *ENDED},
             match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
             for_each={"prefect.resource.id"},
             posture=Posture.Proactive,

@@ -27,8 +27,8 @@ def add(sub: Any) -> None:
         type=float,
         default=90.0,
         metavar="S",
-        help="mark a flow run Crashed when its worker's heartbeats stop for S seconds (default 90: three "
-        "heartbeats of 30 s; workers beat every $ATTRIBUTION_HEARTBEAT_S)",
+        help="mark a flow run Crashed when its worker goes silent for S seconds, from the claim on (default 90: "
+        "three heartbeats of 30 s; workers beat every $ATTRIBUTION_HEARTBEAT_S)",
     )
     dp.set_defaults(func=run)
 
@@ -66,6 +66,6 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("--zombie-after: 5 seconds or more")
     for name in deployments.apply(args.pool, zombie_after_s=args.zombie_after):
         print(f"applied {name} (pool {args.pool})")
-    print(f"automation: a flow run with no heartbeat for {args.zombie_after:g} s is Crashed")
+    print(f"automation: a claimed or running flow run with no heartbeat for {args.zombie_after:g} s is Crashed")
     print(f"automation: a crashed attempt run is run again, at most {deployments.CRASH_RETRIES} times")
     return EXIT_OK

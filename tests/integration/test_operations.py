@@ -17,6 +17,8 @@ stays Running.
 - a worker killed with SIGKILL in the middle of a storm (Kueue webhooks and static-cluster
   attempts), another worker host still up: every accepted attempt diagnosed once, its runs that
   crashed run again by the automation, with no new trigger and no backfill.
+- a worker dying right after it claimed a run (Pending, no heartbeat yet): crashed by the same
+  automation and run again on the live worker, diagnosed once.
 """
 
 from __future__ import annotations
@@ -316,6 +318,48 @@ def test_worker_killed_mid_run_is_crashed_and_the_nightly_diagnoses_each_attempt
     per_job = Counter(i["job_id"] for i in diagnoses(stack, cluster="ci-hung"))
     assert per_job == {j: 1 for j in jobs}, per_job  # each failed attempt once, the completed one never
     assert {"RUNNING", "PENDING", "SCHEDULED"}.isdisjoint(run_states(stack, "ci-hung"))
+
+
+def test_a_run_whose_worker_died_right_after_claiming_it_is_crashed_and_run_again(stack):
+    """A worker claims a run (Pending) and dies before the run starts or any heartbeat leaves: the
+    automation `attribution deploy` applies crashes it after --zombie-after (15 s in this stack),
+    the other one schedules it again, the live worker runs it, and its attempt is diagnosed once.
+    Heartbeats alone (Prefect's documented automation) would leave it Pending forever."""
+    from datetime import timedelta
+
+    from prefect.client.orchestration import get_client
+    from prefect.states import Pending, Scheduled
+
+    from workload_attribution.contracts.identity import STATIC, Target, Window
+
+    target = Target(
+        cluster="lab",
+        window=Window(
+            nodes=[f"gb-r12-n0{i}" for i in range(1, 7)], start="2026-11-24T10:00:00Z", end="2026-11-24T12:13:07Z"
+        ),
+    )
+    with stack.client_settings(), get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name("attribute-attempt/attempt")
+        run = client.create_flow_run_from_deployment(
+            deployment.id,
+            parameters={"target": target.model_dump(mode="json", exclude_none=True)},
+            idempotency_key=target.attempt_id(STATIC).key,
+            state=Scheduled(scheduled_time=datetime.now(timezone.utc) + timedelta(days=1)),  # no worker takes it
+        )
+        claim = client.set_flow_run_state(run.id, Pending())  # the claim of a worker that then dies
+        assert claim.status.value == "ACCEPT", claim
+        run_id = str(run.id)
+
+        def completed() -> list[str] | None:
+            states = history(run_id)
+            return states if states[-1] == "COMPLETED" else None
+
+        states = wait_until(
+            completed, "the abandoned run to be crashed and run again", 180, seen=lambda: history(run_id)
+        )
+    assert states[:3] == ["SCHEDULED", "PENDING", "CRASHED"] and states.count("CRASHED") == 1, states
+    lab = [i for i in diagnoses(stack, cluster="lab") if (i["attempt_end"] or "")[:10] == "2026-11-24"]
+    assert len(lab) == 1, lab
 
 
 def history(run_id: str) -> list[str]:
