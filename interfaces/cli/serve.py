@@ -98,7 +98,7 @@ def make_server(config: Any, app: Any, announce: Callable[[list[tuple]], None] |
                 announce([s.getsockname() for srv in getattr(self, "servers", []) for s in srv.sockets or []])
 
         async def shutdown(self, sockets: Any = None) -> None:
-            app.state.svc.stopping.set()
+            app.state.svc.stop()
             await super().shutdown(sockets)
 
     return Server(config)

@@ -93,7 +93,17 @@ class Services:
     pack: Any = None  # the rules pack POST /v1/diagnose runs (loaded once)
     in_flight: dict[str, asyncio.Future] = field(default_factory=dict)
     diagnose_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
-    stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set by the server when it begins to stop
+    stopping: bool = False  # the server began to stop (stop())
+    # what requests wait on besides Prefect: resolved by stop(). Futures of the request's own loop,
+    # not one asyncio.Event, which would bind the app to the first loop that waits on it.
+    stop_waiters: set[asyncio.Future] = field(default_factory=set)
+
+    def stop(self) -> None:
+        """The server begins to stop: what waits for Prefect answers now."""
+        self.stopping = True
+        for waiter in self.stop_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def finish(self, entry: Entry, task: asyncio.Future, source: str, late: bool) -> None:
         """A creation that outlived its request: the entry goes once the run exists; a failure

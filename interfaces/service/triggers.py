@@ -78,11 +78,16 @@ async def start(request: Request, source: str, target: Target, key: str) -> JSON
         )
     task = asyncio.ensure_future(svc.trigger.start(key, params, tags))
     svc.in_flight[key] = task
-    stopping = asyncio.ensure_future(svc.stopping.wait())
-    done, _ = await asyncio.wait(
-        {task, stopping}, timeout=svc.cfg.service.answer_within_s, return_when=asyncio.FIRST_COMPLETED
-    )
-    stopping.cancel()
+    stopping = asyncio.get_running_loop().create_future()
+    if svc.stopping:
+        stopping.set_result(None)
+    svc.stop_waiters.add(stopping)
+    try:
+        done, _ = await asyncio.wait(
+            {task, stopping}, timeout=svc.cfg.service.answer_within_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        svc.stop_waiters.discard(stopping)
     if task not in done:  # Prefect is slow or the service stops: the run is made when it answers, or by the drainer
         task.add_done_callback(lambda t: svc.finish(entry, t, source, late=True))
         _outcome(svc, source, "queued", key)

@@ -360,6 +360,38 @@ def test_a_busy_orchestrator_gets_the_caller_an_answer_in_time_and_the_run_still
         assert 'attribution_flow_runs_started_total{source="slurm"} 1.0' in metrics
 
 
+def test_one_app_takes_triggers_from_any_event_loop(monkeypatch, tmp_path):
+    """What a trigger waits on is made in its request's own loop: an app is not bound to the first
+    loop that served it (a test client per test, an embedding server)."""
+    import asyncio
+
+    monkeypatch.setenv("ATTRIBUTION_API_TOKEN", TOKEN)
+    monkeypatch.setenv("ATTRIBUTION_WEBHOOK_SECRET", SECRET)
+    cfg = Config(
+        warehouse=str(tmp_path / "w.duckdb"),
+        clusters={"eos": {"scheduler": "slurm"}},
+        service={"outbox_dir": str(tmp_path / "outbox")},
+    )
+
+    class Accepts:
+        async def start(self, key, parameters, tags):
+            await asyncio.sleep(0.1)  # a real server's round trip: the request waits on its stop future meanwhile
+            return f"run-{key}", False
+
+        async def reset(self):
+            pass
+
+    app = create_app(cfg, Accepts())
+
+    async def trigger(job: str) -> str:
+        body = json.dumps({**FAILED, "job_id": job}).encode()
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://svc") as client:
+            r = await client.post("/v1/webhooks/slurm", content=body, headers=signed(body))
+            return f"{r.status_code} {r.json()['status']}"
+
+    assert [asyncio.run(trigger(job)) for job in ("11", "12")] == ["202 accepted", "202 accepted"]
+
+
 def test_the_service_stopping_answers_what_it_still_holds(monkeypatch, tmp_path, caplog):
     """SIGTERM with requests in flight (uvicorn's graceful shutdown, 0.5 s here): a trigger still
     waiting for Prefect is answered 'queued' at once, its run made at the next start from the
