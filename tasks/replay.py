@@ -16,7 +16,8 @@ A replay does only the work the two packs can differ in (rules/diff.py):
   output), early rules in turn as the shipped pack's early phase runs up to the last of them.
   The same output at every stage means the same diagnosis, and nothing more runs; where a stage
   differs, the candidate runs from there (each stage that agreed left the shipped pack's state);
-- a change of the precedence alone chooses again from the verdicts the archive kept;
+- a change of the precedence (alone, or where the screened stages agreed) chooses again from the
+  verdicts the archive kept, with the differing verdicts rules' own rows where they differed;
 - the shipped pack's verdict is the archived one when the archive was made by the same pack with
   the same settings (the rules are deterministic); else it is replayed too.
 
@@ -172,6 +173,9 @@ class Replayer:
         self.old_db = PackDatabase(shipped, settings, lent=(candidate, tables) if tables else None)
         self.new_db = PackDatabase(candidate, settings)
         self._new_at: str | None = None  # where the candidate's database has this attempt loaded
+        # the rows each candidate's rule gave in this attempt's side-by-side screen, for the
+        # candidate's run that follows where it differed (the rule need not run a third time)
+        self._screened_rows: dict[str, list[tuple[Any, ...]]] = {}
         self.old_rules = {r.id: r for r in shipped.rules}
         self.new_rules = {r.id: r for r in candidate.rules}
         self.redefined = {r for r in self.affected if _definitions(shipped, r) != _definitions(candidate, r)}
@@ -209,13 +213,20 @@ class Replayer:
         stages = self._stages_here(manifest, start, archived)
         self._new_at = None
         failed = None  # the stage whose rules differ on this attempt
-        for stage in stages:  # all earlier stages agreed: the state here is the shipped pack's
+        for stage in (
+            s for s in stages if s != "choice"
+        ):  # all earlier stages agreed: the state here is the shipped pack's
             self.old_db.load(manifest, lines, stage)
             if not self._outputs_agree(manifest, lines, stage):
                 failed = start = stage
                 break
         if stages and failed is None:
-            return Replayed(old=archived, new=archived, how="screened")
+            if "choice" not in stages:
+                return Replayed(old=archived, new=archived, how="screened")
+            # the rules gave what the shipped pack's gave: the candidate's precedence chooses from it
+            rechosen = self._choose_again(manifest, lines, archived) if archived is not None else None
+            if rechosen is not None:
+                return rechosen
         if failed is None and archived is None:  # the shipped pack's verdict is replayed too
             self.old_db.load(manifest, lines, start)
         if failed == "final" and archived is not None and self.candidate_where_screened:
@@ -226,13 +237,16 @@ class Replayer:
 
     def _stages_here(self, manifest: Manifest, start: str, archived: Outcome | None) -> list[str]:
         """The stages to screen this attempt by: the pack pair's (screen_stages), when the replay
-        starts at the first of them and the archive kept the state where each later one begins.
-        An early screen runs the shipped pack's rules on in its database, and a second stage needs
-        the first's outcome known: neither when the shipped pack's verdict must be replayed too."""
+        starts at the first of them and the archive kept the state where each later one begins
+        (for choosing again, once the verdict was chosen). An early screen runs the shipped pack's
+        rules on in its database, and a second stage needs the first's outcome known: neither when
+        the shipped pack's verdict must be replayed too."""
         stages = self.stages or []
-        if not stages or stages[0] != start or "choice" in stages:
+        screens = [s for s in stages if s != "choice"]
+        if not screens or screens[0] != start:
             return []
-        if not all(self._kept(manifest, stage) for stage in stages[1:]):
+        later = screens[1:] + (["roles"] if "choice" in stages else [])
+        if not all(self._kept(manifest, point) for point in later):
             return []
         if archived is None and (len(stages) > 1 or start == "early"):
             return []
@@ -262,8 +276,9 @@ class Replayer:
         """After a verdicts screen that differs, the candidate's verdict without its other verdicts
         rules: they gave what the shipped pack's gave (they do not see each other's output), which
         the archive kept once the verdict was chosen. Those rows, the differing rules' own made
-        anew, the verdict chosen, and the candidate's run goes on from there. None when the archive
-        kept no such state for a pack like the shipped one."""
+        anew (as the screen gave them, where it ran them), the verdict chosen, and the candidate's
+        run goes on from there. None when the archive kept no such state for a pack like the
+        shipped one."""
         kept = manifest.checkpoints.get("roles")
         if kept is None or kept.prefix != self.prefixes["roles"] or "verdicts" not in kept.tables:
             return None
@@ -272,8 +287,12 @@ class Replayer:
         db.con.execute("DELETE FROM verdicts")
         load(db.con, kept.tables["verdicts"].encode().splitlines(), into="verdicts")
         db.con.execute("DELETE FROM verdicts WHERE rule_id IN (SELECT unnest($r))", {"r": differing})
+        made = [row for r in differing for row in self._screened_rows.get(r, [])]
+        if made:
+            marks = ", ".join("?" * len(made[0]))
+            db.con.executemany(f"INSERT INTO verdicts VALUES ({marks})", made)
         with db.tables_of(self.candidate):
-            for rule in (self.new_rules[r] for r in differing if r in self.new_rules):
+            for rule in (self.new_rules[r] for r in differing if r in self.new_rules and r not in self._screened_rows):
                 run_rule(db.con, self.candidate, rule, self.settings, RunResult(), db.snapshots)
         choose_verdict(db.con, self.candidate)
         return db.diagnose(manifest, "roles", self.candidate)
@@ -324,12 +343,14 @@ class Replayer:
         old and new versions run side by side on the state as the phase began. A new
         version whose symptoms mean the same as the old's runs beside it, in the shipped pack's
         database; else in the candidate's (its definitions)."""
+        self._screened_rows = {}
         for rid in self.stage_rules[start]:
             if self._differing_rows_silent(rid):
                 continue
             old, new = self.old_rules.get(rid), self.new_rules.get(rid)
             where = self.old_db if rid not in self.redefined else self._new(manifest, lines, start)
-            if self.old_db.output_of(old, self.shipped) != where.output_of(new, self.candidate):
+            rows = self._screened_rows[rid] = where.output_of(new, self.candidate)
+            if self.old_db.output_of(old, self.shipped) != rows:
                 return False
         return True
 
@@ -359,14 +380,16 @@ def screen_stages(d: PackDiff, shipped: Pack, candidate: Pack) -> list[str] | No
     (extract rules' events, verdicts rules' verdicts: neither phase's rules see each other's),
     "early" when the packs run the same early rules in the same order, compared in turn as the
     shipped pack's early phase runs up to the last of them (Replayer._early_rules_agree). Each
-    stage that agrees leaves the next the shipped pack's state. ["choice"] when only the
-    precedence or the fallback verdict differs (the archive's verdicts chosen from again). A rule
-    that reads a differing table counts as changed: its two versions are the same rule over the
-    two tables. No stage when the precedence and rules both differ, or what differs may be read
-    by any rule (a symptom's definition that rules other than its own name)."""
-    if d.choice and not d.affected and not d.loose:
-        return ["choice"]  # Replayer._choose_again
-    if not d.affected or d.choice or [f for f in d.loose if f != "symptom definitions"]:
+    stage that agrees leaves the next the shipped pack's state. "choice" last when the precedence
+    or the fallback verdict differs: the verdicts rules' rows (the archive's where they agreed)
+    chosen from again by the candidate (Replayer._choose_again); a new verdicts rule and its place
+    in the precedence are screened so. A rule that reads a differing table counts as changed: its
+    two versions are the same rule over the two tables. No stage when what differs may be read by
+    any rule (a symptom's definition that rules other than its own name)."""
+    choice = ["choice"] if d.choice else []
+    if not d.affected and not d.loose:
+        return choice or None
+    if not d.affected or [f for f in d.loose if f != "symptom definitions"]:
         return None
     if d.loose and not _definitions_local(d, shipped, candidate):
         return None
@@ -380,7 +403,7 @@ def screen_stages(d: PackDiff, shipped: Pack, candidate: Pack) -> list[str] | No
     }
     if any(not screenable.get(phase, False) for phase in kinds):
         return None
-    return [phase for phase in ("extract", "early", "final") if phase in kinds]
+    return [phase for phase in ("extract", "early", "final") if phase in kinds] + choice
 
 
 def _same_early_run(d: PackDiff, shipped: Pack, candidate: Pack) -> bool:

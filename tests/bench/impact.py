@@ -20,6 +20,9 @@ change, each replayed over the whole archive:
   precedence       two verdicts rules swapped in pack.yaml (the archive's verdicts chosen from again)
   extract and verdict  both changes above (the extract rule compared, then the verdicts rule where
                    it agreed)
+  new verdict rule a verdicts rule added and placed in the precedence (its rows where it gives
+                   some, else the archive's verdicts chosen from again by the new precedence)
+  extract and new verdict  a new failure class: the extract rule changed and the new verdicts rule
 
 Target: at least 1,000 attempts a minute on this machine (2 cores). Ends with a markdown table.
 
@@ -81,12 +84,19 @@ def build_archive(warehouse: Path, attempts: int) -> int:
     return made
 
 
+# A verdicts rule the shipped pack does not have (a GPU's hardware fault drains its host at once)
+NEW_VERDICT_RULE = (ROOT / "tests" / "rule_changes" / "verdict-gpu-hardware-drain.yaml").read_text()
+
+
+Edit = tuple[str, str | None, str]  # a file of the pack, the text replaced (None: a new file), the new text
+
+
 def candidate(tmp: Path, kind: str) -> Path:
     """A copy of the shipped pack with one change of `kind`."""
     out = tmp / f"candidate-{kind.replace(' ', '-')}"
     shutil.copytree(RULES, out, ignore=shutil.ignore_patterns("*.py", "__pycache__", "*.md", "*.sql"))
     shutil.copytree(RULES / "python", out / "python", dirs_exist_ok=True)
-    edits = {
+    edits: dict[str, Edit | list[Edit]] = {
         "extract rule": (
             "extract/xid-driver-report.yaml",
             "FROM m WHERE g['code'] != ''",
@@ -114,15 +124,31 @@ def candidate(tmp: Path, kind: str) -> Path:
             "(SIGABRT) received by PID,task_killed,,,cascade,none,none,",
             "(SIGABRT) received by PID,task_killed,application_failure,user_code,root_candidate,host,fix_code,",
         ),
+        "new verdict rule": [
+            ("final/verdict-gpu-hardware-drain.yaml", None, NEW_VERDICT_RULE),
+            (
+                "pack.yaml",
+                "  - verdict-root-cause         #",
+                "  - verdict-gpu-hardware-drain\n  - verdict-root-cause         #",
+            ),
+        ],
     }
     for part in kind.split(" and "):  # "extract rule and verdict rule": both changes
-        path, old, new = edits[part if part in edits else f"{part} rule"]
-        f = out / path
-        text = f.read_text()
-        if old not in text:
-            sys.exit(f"bench: {path} no longer holds {old!r}: update tests/bench/impact.py")
-        f.write_text(text.replace(old, new, 1))
+        change = edits[part if part in edits else f"{part} rule"]
+        for path, old, new in change if isinstance(change, list) else [change]:
+            _edit(out / path, old, new)
     return out
+
+
+def _edit(f: Path, old: str | None, new: str) -> None:
+    """`old` replaced by `new` in the pack's file `f`; with no `old`, a file the pack did not have."""
+    if old is None:
+        f.write_text(new)
+        return
+    text = f.read_text()
+    if old not in text:
+        sys.exit(f"bench: {f.name} no longer holds {old!r}: update tests/bench/impact.py")
+    f.write_text(text.replace(old, new, 1))
 
 
 def run_impact(warehouse: Path, cand: Path, jobs: int) -> dict:
@@ -152,7 +178,8 @@ def archived_outcomes(warehouse: Path) -> tuple[dict[tuple[str, str, int], Any],
     from workload_attribution.warehouse.archive import Archive
 
     archive = Archive(str(warehouse.with_name(f"{warehouse.stem}-archive")))
-    outcomes, copies = {}, Counter()
+    outcomes: dict[tuple[str, str, int], Any] = {}
+    copies: Counter[tuple[str, str, int]] = Counter()
     for e in archive.entries():
         m = archive.read_manifest(e.key)
         key = (m.attempt.cluster, _original(m.attempt.job_id), m.attempt.attempt)
@@ -221,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
             "python module",
             "precedence",
             "extract and verdict",
+            "new verdict rule",
+            "extract and new verdict",
         ],
     )
     ap.add_argument("--no-verify", action="store_true", help="skip checking each report against fresh diagnoses")

@@ -8,13 +8,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import EXAMPLES, WORKED
+from tests.conftest import EXAMPLES, ROOT, WORKED
 from tests.helpers import diagnose
 from workload_attribution.cli import main
 from workload_attribution.rules.pack import RULES_DIR, load_pack
 from workload_attribution.warehouse.archive import Archive, Outcome
 
 BUNDLES = sorted(p for p in EXAMPLES.iterdir() if (p / "attempt.yaml").is_file()) + [WORKED]
+
+# A verdicts rule the shipped pack does not have (a GPU's hardware fault drains its host at once)
+NEW_VERDICT_RULE = (ROOT / "tests" / "rule_changes" / "verdict-gpu-hardware-drain.yaml").read_text()
 
 # One change per kind of rule the replay treats differently.
 CHANGES = {
@@ -72,6 +75,17 @@ CHANGES = {
     ),
     # two phases: the extract rule compared first, then (where it agrees) the verdicts rule
     "extract and verdict": ["extract", "verdict"],
+    # a new verdicts rule and its place in the precedence: its rows, then the verdict chosen again
+    "new verdict": [
+        ("final/verdict-gpu-hardware-drain.yaml", None, NEW_VERDICT_RULE),
+        (
+            "pack.yaml",
+            "  - verdict-root-cause         #",
+            "  - verdict-gpu-hardware-drain\n  - verdict-root-cause         #",
+        ),
+    ],
+    # a new failure class: an extract rule changed, a new verdicts rule placed in the precedence
+    "extract and new verdict": ["extract", "new verdict"],
 }
 # What each change's replays took: (what may occur, what must). An extract rule's change is decided
 # on its own output for most attempts; a verdicts rule's from the events the archive kept as the
@@ -92,6 +106,12 @@ TOOK = {
     "python module": ({"screened", "from early"}, SCREENED),
     "precedence": ({"screened", "from roles"}, SCREENED),
     "extract and verdict": ({"screened", "from extract", "from final"}, {"screened", "from extract", "from final"}),
+    # the new rule's rows where it gives some, else the verdict chosen again (the same one: screened)
+    "new verdict": ({"screened", "from final", "from roles"}, {"screened", "from final"}),
+    "extract and new verdict": (
+        {"screened", "from extract", "from final", "from roles"},
+        {"screened", "from extract", "from final"},
+    ),
 }
 # What the report says differs, where it is not the changed rule
 DIFFERENCES = {
@@ -99,6 +119,12 @@ DIFFERENCES = {
     "catalog row": "catalogs/pytorch.csv changed (read by catalog-messages)",
     "python module": "python/nvlink5.py changed (run by nvlink5-intrinfo-decode)",
     "precedence": "the precedence or the no_verdict changed",
+    "new verdict": ["rule verdict-gpu-hardware-drain added", "the precedence or the no_verdict changed"],
+    "extract and new verdict": [
+        "rule verdict-gpu-hardware-drain added",
+        "rule xid-driver-report changed",
+        "the precedence or the no_verdict changed",
+    ],
 }
 
 
@@ -107,6 +133,10 @@ def candidate(tmp_path, kind):
     shutil.copytree(RULES_DIR, out, ignore=shutil.ignore_patterns("*.py", "__pycache__", "*.sql", "*.md"))
     shutil.copytree(RULES_DIR / "python", out / "python", dirs_exist_ok=True)
     for path, old, new in edits(kind):
+        if old is None:  # a file the pack did not have
+            assert not (out / path).exists()
+            (out / path).write_text(new)
+            continue
         text = (out / path).read_text()
         assert old in text, f"{path} changed: update this test's change"
         (out / path).write_text(text.replace(old, new, 1))
@@ -114,8 +144,9 @@ def candidate(tmp_path, kind):
 
 
 def edits(kind):
-    change = CHANGES[kind]
-    return [CHANGES[k] for k in change] if isinstance(change, list) else [change]
+    """A kind's (path, old text, new text) edits; a kind may be made of other kinds' edits."""
+    change = CHANGES[kind] if isinstance(kind, str) else kind
+    return [change] if isinstance(change, tuple) else [e for part in change for e in edits(part)]
 
 
 @pytest.fixture(scope="module")
@@ -153,9 +184,8 @@ def test_impact_names_exactly_the_attempts_a_rule_change_flips(archived, tmp_pat
         assert Outcome.model_validate(c["old"]) == Outcome.of(live[by_job[c["job_id"]]])
     assert sum(t["attempts"] for t in report["transitions"]) == len(expected)
     rules = sorted(path.rpartition("/")[2].removesuffix(".yaml") for path, _, _ in edits(kind))
-    assert report["differences"] == (
-        [DIFFERENCES[kind]] if kind in DIFFERENCES else [f"rule {r} changed" for r in rules]
-    )
+    said = DIFFERENCES.get(kind, [f"rule {r} changed" for r in rules])
+    assert report["differences"] == ([said] if isinstance(said, str) else said)
     assert report["unseen"] == []  # the changed rules look for the lines they looked for
     may, must = TOOK[kind]
     assert must <= set(report["how"]) <= may, report["how"]
