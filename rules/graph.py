@@ -5,7 +5,8 @@ it, as each rule declares (`produces:`, `consumes:`) and its SQL confirms.
 nobody produces, a rule's SQL naming a symptom it neither produces nor consumes, a symptom defined
 by no rule) and warns of producers nobody reads and of two rules claiming the same line (as
 `promtool check rules` reports duplicates); `rules graph` prints the lineage. A rule reading the
-catalogs produces every catalog row's symptom, the row's id its kind.
+catalogs produces every catalog row's symptom, the row's id its kind; one reading the concepts,
+every concept's symptom.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def produces(pack: Pack, rule: Rule) -> dict[str, set[str]]:
     if rule.catalog:
         for row in pack.catalog:
             out.setdefault(row.symptom, set()).add(row.id)
+    if rule.concepts:
+        for c in pack.concepts:
+            out.setdefault(c.symptom, set())
     return out
 
 

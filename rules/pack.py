@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from workload_attribution.contracts.vocabulary import Action, Confidence, SubDomain, TerminalState, check_pair
 from workload_attribution.rules.catalog import CatalogError, CatalogRow, load_catalog, read_catalog
+from workload_attribution.rules.concepts import Concept, ConceptError, load_concepts, read_concepts
 
 # libyaml's C loader when present: the same safe subset, ~15x faster than the pure-Python one.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -112,6 +113,15 @@ class Rule(Strict):
         default_factory=list,
         description="extract rules whose events on a line this rule also claims are dropped (specific beats generic)",
     )
+    concepts: bool = Field(
+        default=False,
+        description="reads the failure concepts (concepts/*.yaml): its pre-filter is their words' spellings",
+    )
+    yields: bool = Field(
+        default=False,
+        description="its events on a line another extract rule also reads (any role; not one it overrides) are "
+        "dropped: the generic reading gives way to every specific one",
+    )
     tests: list[RuleTest] = Field(min_length=1)
     path: str = ""
 
@@ -127,10 +137,14 @@ class Rule(Strict):
         if bool(self.sql) == bool(self.python):
             raise ValueError("exactly one of 'sql' or 'python' is required")
         text_sources = {"app", "syslog", "fabricmanager", "scheduler_log"}
-        if self.phase == "extract" and set(self.sources) & text_sources and not (self.prefilter or self.catalog):
+        if (
+            self.phase == "extract"
+            and set(self.sources) & text_sources
+            and not (self.prefilter or self.catalog or self.concepts)
+        ):
             raise ValueError("extract rules reading log sources need a 'prefilter' (literal strings)")
-        if (self.catalog or self.overrides) and self.phase != "extract":
-            raise ValueError("only extract rules read the catalogs or override other rules")
+        if (self.catalog or self.concepts or self.overrides or self.yields) and self.phase != "extract":
+            raise ValueError("only extract rules read the catalogs or the concepts, override or yield to other rules")
         return self
 
 
@@ -183,6 +197,7 @@ class Pack(BaseModel):
     )
     _memo: dict[tuple[Any, ...], list[str]] = PrivateAttr(default_factory=dict)
     catalog: list[CatalogRow] = Field(default_factory=list, description="the message catalogs' rows (catalogs/*.csv)")
+    concepts: list[Concept] = Field(default_factory=list, description="the failure concepts (concepts/*.yaml)")
 
     @property
     def symptom_defs(self) -> dict[str, tuple[str, SymptomDef]]:
@@ -206,7 +221,15 @@ class Pack(BaseModel):
         # its sources: kept per pack, keyed by the rules and rows they come from (a pack's lists
         # may be replaced or appended to after loading).
         rules = [rule] if rule is not None else [r for r in self.rules if r.phase == "extract" and source in r.sources]
-        key = (rule is None, source, id(self.catalog), len(self.catalog), *map(_literal_key, rules))
+        key = (
+            rule is None,
+            source,
+            id(self.catalog),
+            len(self.catalog),
+            id(self.concepts),
+            len(self.concepts),
+            *map(_literal_key, rules),
+        )
         found = self._memo.get(key)
         if found is None:
             if rule is None:
@@ -215,6 +238,8 @@ class Pack(BaseModel):
                 lits = set(rule.prefilter)
                 if rule.catalog and source in rule.sources:
                     lits.update(lit for row in self.catalog if source in row.sources for lit in row.literals)
+                if rule.concepts and source in rule.sources:
+                    lits.update(lit for c in self.concepts if source in c.sources for lit in c.literals)
             found = self._memo[key] = _minimal(lits)
         return list(found)
 
@@ -230,7 +255,7 @@ class Pack(BaseModel):
 
 def _literal_key(rule: Rule) -> tuple[Any, ...]:
     """What a rule's literals come from."""
-    return (id(rule), tuple(rule.prefilter), tuple(rule.sources), rule.catalog)
+    return (id(rule), tuple(rule.prefilter), tuple(rule.sources), rule.catalog, rule.concepts)
 
 
 def _minimal(literals: set[str]) -> list[str]:
@@ -359,6 +384,7 @@ def pack_version(rules_dir: Path, files: list[Path]) -> str:
     extra = [
         *(rules_dir / "data").glob("*.csv"),
         *(rules_dir / "catalogs").glob("*.csv"),
+        *(rules_dir / "concepts").glob("*.yaml"),
         *(rules_dir / "python").glob("*.py"),
         *(rules_dir / "tests").glob("*.yaml"),
         rules_dir / "pack.yaml",
@@ -392,11 +418,13 @@ def load_pack(rules_dir: str | Path | None = None, skip_broken: bool = False) ->
         rules.append(r)
     meta = pack_meta(rules_dir)
     catalog = _load_catalog(rules_dir, rules, broken, skip_broken)
+    concepts = _load_concepts(rules_dir, rules, broken, skip_broken)
     return Pack(
         version=pack_version(rules_dir, files),
         rules=rules,
         broken=broken,
         catalog=catalog,
+        concepts=concepts,
         path=str(rules_dir),
         python_modules=list(meta.get("python") or []),
         precedence=list(meta.get("precedence") or []),
@@ -421,8 +449,44 @@ def _load_catalog(
         return []
 
 
+def _load_concepts(
+    rules_dir: Path, rules: list[Rule], broken: list[dict[str, str]], skip_broken: bool
+) -> list[Concept]:
+    """The failure concepts. A broken concept file breaks the rules reading them (diagnosing: they
+    are left out and listed as broken, the rest of the pack decides)."""
+    try:
+        return load_concepts(rules_dir / "concepts")
+    except ConceptError as exc:
+        if not skip_broken:
+            raise _concept_error(exc) from None
+        for r in [r for r in rules if r.concepts]:
+            rules.remove(r)
+            broken.append({"rule": r.id, "error": f"not loaded: {exc}"})
+        return []
+
+
 def _as_rule_error(exc: CatalogError) -> RuleFileError:
     return RuleFileError(exc.path, f"catalog row {exc.row or '?'}", exc.column, str(exc).split(": ", 3)[-1])
+
+
+def _concept_error(exc: ConceptError) -> RuleFileError:
+    return RuleFileError(exc.path, f"concept {Path(exc.path).stem}", exc.field, str(exc).split(": ", 2)[-1])
+
+
+def check_concepts(pack: Pack) -> list[RuleFileError]:
+    """Each concept's symptom is defined by a rule of the pack; a rule reads the concepts."""
+    defs = pack.symptom_defs
+    errors: list[RuleFileError] = []
+    for c in pack.concepts:
+        if c.symptom not in defs:
+            errors.append(
+                RuleFileError(c.path, f"concept {c.id}", "symptom", f"{c.symptom!r} is defined by no rule's symptoms")
+            )
+    if pack.concepts and not any(r.concepts for r in pack.rules):
+        errors.append(
+            RuleFileError(Path(pack.path) / "concepts", None, "concepts", "no rule reads the concepts (concepts: true)")
+        )
+    return errors
 
 
 def check_catalog(pack: Pack) -> list[RuleFileError]:
@@ -471,13 +535,14 @@ def validate_pack(rules_dir: str | Path | None = None) -> tuple[Pack | None, lis
         except RuleFileError as exc:
             errors.append(exc)
     errors += [_as_rule_error(e) for e in read_catalog(rules_dir / "catalogs")[1]]
+    errors += [_concept_error(e) for e in read_concepts(rules_dir / "concepts")[1]]
     if errors:
         return None, errors
     try:
         pack = load_pack(rules_dir)
     except RuleFileError as exc:
         return None, [exc]
-    errors = check_pack_shape(pack) + check_catalog(pack)
+    errors = check_pack_shape(pack) + check_catalog(pack) + check_concepts(pack)
     return (None, errors) if errors else (pack, [])
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckdb
 
+from workload_attribution.rules import concepts as concept_table
 from workload_attribution.rules.catalog import TABLE_SHAPE, table_json
 from workload_attribution.rules.pack import Pack
 
@@ -20,6 +21,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 # data/<table>.csv, all VARCHAR or typed; evidence_sources is read by the report (rules/settle.py)
 PACK_DATA = (("xid_catalog", False), ("nvlink5_decode", True), ("evidence_sources", False))
 CATALOG_TABLE = "catalog"  # the rows of catalogs/*.csv, one table
+CONCEPTS_TABLE = concept_table.CONCEPTS_TABLE  # concepts/*.yaml, one row each
 
 # (path, query) -> ((mtime_ns, size), (columns, from_json shape, JSON rows) or None: read the file)
 _CSV_TABLES: dict[tuple[str, str], tuple[tuple[int, int], tuple[str, str, str] | None]] = {}
@@ -39,6 +41,8 @@ def table_of(file: str) -> str | None:
     folder, _, name = file.partition("/")
     if folder == "data" and name.removesuffix(".csv") in {t for t, _ in PACK_DATA}:
         return name.removesuffix(".csv")
+    if folder == "concepts" and name.endswith(".yaml") and "/" not in name:
+        return CONCEPTS_TABLE
     return CATALOG_TABLE if folder == "catalogs" and name.endswith(".csv") and "/" not in name else None
 
 
@@ -50,6 +54,7 @@ def load_lent_tables(con: duckdb.DuckDBPyConnection, pack: Pack, schema: str) ->
     try:
         load_pack_data(con, Path(pack.path) / "data" if pack.path else DATA_DIR)
         load_catalog_table(con, pack)
+        load_concepts_table(con, pack)
     finally:
         con.execute("SET schema = 'main'")
 
@@ -70,6 +75,26 @@ def load_catalog_table(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
         f"CREATE OR REPLACE TABLE {CATALOG_TABLE} AS "
         "SELECT unnest(s) FROM (SELECT unnest(from_json($p::JSON, $shape)) AS s)",
         {"p": payload, "shape": TABLE_SHAPE},
+    )
+
+
+# pack version -> the concepts table's JSON (each concept's patterns built once)
+_CONCEPTS_JSON: dict[str, str] = {}
+
+
+def load_concepts_table(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
+    """The pack's failure concepts (concepts/*.yaml) as the table `concepts`, which the concept
+    rule reads: built once per pack version and process, then loaded from JSON."""
+    payload = _CONCEPTS_JSON.get(pack.version)
+    if payload is None:
+        roles = {name: d.role for name, (_, d) in pack.symptom_defs.items()}
+        payload = concept_table.table_json(pack.concepts, roles)
+        with _CSV_LOCK:
+            _CONCEPTS_JSON[pack.version] = payload
+    con.execute(
+        f"CREATE OR REPLACE TABLE {CONCEPTS_TABLE} AS "
+        "SELECT unnest(s) FROM (SELECT unnest(from_json($p::JSON, $shape)) AS s)",
+        {"p": payload, "shape": concept_table.TABLE_SHAPE},
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 
 from workload_attribution.rules.pack import Pack, Rule
-from workload_attribution.rules.pack_data import DATA_DIR, load_catalog_table, load_pack_data
+from workload_attribution.rules.pack_data import DATA_DIR, load_catalog_table, load_concepts_table, load_pack_data
 from workload_attribution.rules.runner import RunResult, run_rule
 from workload_attribution.rules.sandbox import Snapshots, lock_down
 from workload_attribution.rules.settings import Settings
@@ -35,6 +35,7 @@ def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> N
     if not (locked and locked[0]):  # the first time: load the pack's data, then lock the database
         load_pack_data(con, Path(pack.path) / "data" if pack.path else DATA_DIR)
         load_catalog_table(con, pack)  # catalogs: the message catalogs' rows
+        load_concepts_table(con, pack)  # concepts: the failure meanings' vocabularies
         _choose_threads(con)
         lock_down(con)
     _write_symptom_defs(con, pack)
@@ -174,7 +175,21 @@ def drop_overridden(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
     """An extract rule's `overrides:` — where it claims a line with a meaning (not a notice), the
     overridden rules' events on that line are dropped: the catalogs' reading of "RESOURCE_EXHAUSTED:
     Out of memory" is a GPU OOM, not python-exception's generic user-code exception."""
-    pairs = [(r.id, other) for r in pack.by_phase("extract") for other in r.overrides]
+    extract = pack.by_phase("extract")
+    for r in [r for r in extract if r.yields]:
+        # a generic reading gives way to another rule's reading of the line with a meaning, but not
+        # to a rule it overrides nor to a notice ("Execution of replica 0 failed:" is a notice that
+        # another line says why; the same line going on "Resource exhausted: Out of memory" says it)
+        con.execute(
+            """
+            DELETE FROM events WHERE event_id IN (
+                SELECT e.event_id FROM events e JOIN events o ON o.obs_id = e.obs_id AND o.rule_id <> e.rule_id
+                WHERE e.rule_id = $rule AND NOT list_contains($over, o.rule_id)
+                  AND coalesce(o.role_hint, '') NOT IN ('context', 'benign', 'fact'))
+            """,
+            {"rule": r.id, "over": r.overrides},
+        )
+    pairs = [(r.id, other) for r in extract for other in r.overrides]
     if not pairs:
         return
     con.execute(
@@ -211,6 +226,15 @@ def choose_verdict(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
             "action": none.action.value,
             "reason": none.reason,
         },
+    )
+    # a meaning read by a concept (rules/concepts.py), not a message a row or a rule knows, is
+    # `medium` confidence at most, whichever rule made the verdict of it
+    con.execute(
+        """
+        UPDATE verdict SET confidence = 'medium'
+        WHERE confidence = 'high' AND root_event_id IN (
+            SELECT event_id FROM events WHERE json_extract_string(attrs, '$.concept') IS NOT NULL)
+        """
     )
 
 

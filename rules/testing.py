@@ -284,9 +284,34 @@ def run_catalog_cases(pack: Pack) -> list[CaseResult]:
     return out
 
 
+def run_concept_cases(pack: Pack) -> list[CaseResult]:
+    """Each concept's examples, through the prefix grammar and the rules reading the concepts alone:
+    each must give the concept; none of its look-alikes may (a failing line is a case of its own)."""
+    from workload_attribution.rules.claims import Probe, claims
+
+    readers = [r for r in pack.rules if r.concepts]
+    if not readers or not pack.concepts:
+        return []
+    cases = [(c, ex, True) for c in pack.concepts for ex in c.examples]
+    cases += [(c, ex, False) for c in pack.concepts for ex in c.looks_alike]
+    # a record's reason text is tried as a Kubernetes record (the records a probe can be)
+    probes = [Probe("kueue" if ex.source == "records" else ex.source, ex.line) for _, ex, _ in cases]
+    got = claims(pack, probes, readers)
+    out = [CaseResult(f["rule"], "concepts", False, f"rule failed: {f['error']}") for f in got.failed]
+    for (c, ex, should), events in zip(cases, got.events, strict=True):
+        said = sorted({str(e["attrs"].get("concept")) for e in events})
+        if (c.id in said) != should:
+            why = f"gives {said or 'nothing'}" if should else f"looks like {c.id} but lands in it"
+            out.append(CaseResult("concepts", c.id, False, f"{why}: {ex.line[:100]}"))
+    if not out:
+        out.append(CaseResult("concepts", f"{len(pack.concepts)} concepts' {len(cases)} lines", True))
+    return out
+
+
 def run_tests(pack: Pack, only: str | None = None) -> list[CaseResult]:
-    """Every rule's own test cases, then each catalog row's test line, then the pack's (`only` a
-    rule id: that rule's; "catalog": the rows'; "pack": the pack's)."""
+    """Every rule's own test cases, then each catalog row's test line, each concept's examples and
+    look-alikes, then the pack's (`only` a rule id: that rule's; "catalog": the rows'; "concepts":
+    the concepts'; "pack": the pack's)."""
     results = []
     for rule in pack.rules:
         if only and rule.id != only:
@@ -298,6 +323,8 @@ def run_tests(pack: Pack, only: str | None = None) -> list[CaseResult]:
                 results.append(CaseResult(rule.id, case.name, False, f"{type(exc).__name__}: {exc}"))
     if only in (None, "catalog"):
         results += run_catalog_cases(pack)
+    if only in (None, "concepts"):
+        results += run_concept_cases(pack)
     if only in (None, "pack"):
         for pcase in pack.tests:
             try:

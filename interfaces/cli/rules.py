@@ -28,7 +28,10 @@ def add(sub: Any) -> None:
     r.add_argument("action", choices=["list", "validate", "test", "catalog", "graph", "coverage", "impact"])
     r.add_argument("--rules-dir", metavar="DIR", help="rules pack directory")
     r.add_argument(
-        "--rule", metavar="ID", help="test only this rule ('catalog': the catalogs' rows, 'pack': the pack's tests)"
+        "--rule",
+        metavar="ID",
+        help="test only this rule ('catalog': the catalogs' rows, 'concepts': the concepts' lines, "
+        "'pack': the pack's tests)",
     )
     r.add_argument("--family", metavar="F", help="catalog: only this family's rows (nccl, slurm, ...)")
     r.add_argument("--json", action="store_true", help="list (impact: the report) as JSON")
@@ -163,7 +166,7 @@ def _test(pack: Any, rules_dir: Any, rule: str | None, verbose: bool) -> int:
     from workload_attribution.rules.pack import load_pack
     from workload_attribution.rules.testing import run_tests
 
-    if rule and rule not in {r.id for r in pack.rules} | {"pack", "catalog"}:
+    if rule and rule not in {r.id for r in pack.rules} | {"pack", "catalog", "concepts"}:
         raise BadInput(f"no rule {rule!r} in {rules_dir} (rules: attribution rules list)")
     results = run_tests(load_pack(rules_dir), only=rule)
     failed = [c for c in results if not c.ok]

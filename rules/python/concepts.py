@@ -1,0 +1,177 @@
+"""The failure concepts (rules/concepts/*.yaml, the attempt's `concepts` table) read on the lines
+and records no more specific rule claims: one event per line, the first concept in file order
+that the line says, in its context, at a level that ended something.
+
+1. The lines and records holding any concept's words are staged once (`concept_lines`): a log
+   line as written (a Docker json-file line as its decoded `log`), a record by its text.
+2. Each concept's words, context (`where_`: on the line, or on a kept line of its file at most
+   NEAR lines away, where an exception's message goes on) and exclusions (`unless_`, on the line)
+   are written into one query, so DuckDB compiles each pattern once.
+3. What comes before the words decides whether the line says it happened: a lower level
+   (`WARNING`, `INFO`, glog `W1120`) or a hedge ("may run out of memory", "retrying after") does
+   not. A record's text (a pod's reason, a workload condition) is the scheduler's own word.
+
+The event carries the concept and the words that matched (attrs.concept, attrs.words) and, for a
+concept that blames the host the text names, that host (an allocation host named in the text,
+else an IPv4 address: catalog-peer-to-host maps it to the allocation).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from workload_attribution.rules.engine import Settings
+
+LOG_SOURCES = ("app", "syslog", "scheduler_log", "fabricmanager")
+# a level below error in what precedes the words: the line reports, it does not fail
+LOWER_LEVEL = (
+    r"(?i:\b(?:warn(?:ing)?|info|debug|notice|trace|verbose)\b|level=(?:warn|info|debug))"
+    r"|(?:^|[\s\[])[WIDV]\d{4} \d|\[[WIDV]\]|<[4-7]>"
+)
+# a hedge before the words: advice, a possibility, a retry, a recovery, a negation
+HEDGE = (
+    r"(?i:\b(?:may|might|could|would|should|can|consider|avoid(?:ing)?|prevent(?:ing)?|reduc(?:e|ing)|"
+    r"retry(?:ing)?|retries|will|if|whether|unless|hint|tip|e\.g|example|see|documentation|docs|"
+    r"recovered|resolved|cleared|no|not|without|never)\b)"
+)
+
+
+def _not_said(c: _Concept) -> str:
+    """What, before the words, says the line does not report the failure: a hedge, a lower level."""
+    return HEDGE if c.any_level else f"{LOWER_LEVEL}|{HEDGE}"
+
+
+class _Concept(NamedTuple):
+    no: int
+    decides: bool
+    id: str
+    symptom: str
+    sources: tuple[str, ...]
+    says: str
+    where_: str
+    unless_: str
+    any_level: bool
+    blame: str
+
+
+def _sql_text(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+# a line as written; a Docker json-file line's message is its `log`, decoded
+_AS_WRITTEN = (
+    "CASE WHEN starts_with(text, '{\"log\":') AND json_valid(text) "
+    "THEN rtrim(coalesce(json_extract_string(text, '$.log'), ''), chr(10) || chr(13)) ELSE text END"
+)
+NEAR = 3  # a line's context: the kept lines of its file this many lines either side
+
+
+def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> None:
+    any_says = _sql_text("|".join(f"(?:{c.says})" for c in concepts))
+    logs = sorted({s for c in concepts for s in c.sources if s in LOG_SOURCES})
+    parts = []
+    if logs:
+        parts.append(
+            f"SELECT obs_id, source, path, lineno, {_AS_WRITTEN} AS text "
+            f"FROM log_lines WHERE source IN ({', '.join(map(_sql_text, logs))})"
+        )
+    if any("records" in c.sources for c in concepts):
+        parts.append(
+            "SELECT obs_id, 'records' AS source, NULL AS path, NULL AS lineno, text FROM records WHERE text IS NOT NULL"
+        )
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE concept_lines AS
+            SELECT obs_id, source, path, lineno, text FROM ({" UNION ALL ".join(parts)})
+            WHERE regexp_matches(text, {any_says})"""
+    )
+
+
+def _said(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> list[tuple[int, int, list[str], str]]:
+    """(obs_id, concept_no, words, text) for every concept a staged line says, in its context."""
+    parts = []
+    for c in concepts:
+        says = _sql_text(c.says)
+        lead = f"regexp_extract(text, {_sql_text('^(.*?)(?:' + c.says + ')')}, 1)"
+        cond = [
+            f"source IN ({', '.join(map(_sql_text, c.sources))})",
+            f"regexp_matches(text, {says})",
+            f"(source = 'records' OR NOT regexp_matches({lead}, {_sql_text(_not_said(c))}))",
+        ]
+        if c.where_:
+            # said on the line, or on a kept line of the block around it (an exception's message
+            # goes on below it: "ResourceExhaustedError: 2 root error(s) found." then "(0) ... GPU:0")
+            where = _sql_text(c.where_)
+            cond.append(
+                f"(regexp_matches(text, {where}) OR (path IS NOT NULL AND EXISTS ("
+                f"SELECT 1 FROM log_lines n WHERE n.path = l.path AND n.lineno BETWEEN l.lineno - {NEAR} "
+                f"AND l.lineno + {NEAR} AND n.obs_id <> l.obs_id AND regexp_matches(n.text, {where}))))"
+            )
+        if c.unless_:
+            cond.append(f"NOT regexp_matches(text, {_sql_text(c.unless_)})")
+        here = f"regexp_matches(text, {_sql_text(c.where_)})" if c.where_ else "true"
+        parts.append(
+            f"SELECT obs_id, {c.no} AS concept_no, {str(c.decides).lower()} AS decides, {here} AS here, "
+            f"regexp_extract_all(text, {says}) AS words, text FROM concept_lines l WHERE {' AND '.join(cond)}"
+        )
+    # a line's meaning: one that ends an attempt before a cascade, one whose context the line
+    # itself says before one its neighbours say, then file order
+    return con.execute(
+        f"SELECT obs_id, concept_no, words, text FROM ({' UNION ALL '.join(parts)}) "
+        "ORDER BY obs_id, decides DESC, here DESC, concept_no"
+    ).fetchall()
+
+
+_IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")
+
+
+def _named(text: str, hosts: list[str]) -> str | None:
+    """The host the text names: an allocation host (by its short name, case aside), else an IPv4."""
+    low = text.lower()
+    for host in sorted(hosts, key=len, reverse=True):
+        short = host.split(".")[0].lower()
+        if re.search(rf"(?<![\w.-]){re.escape(short)}(?![\w-])", low):
+            return host
+    m = _IPV4.search(text)
+    return m.group(1) if m else None
+
+
+def _clean(words: list[str]) -> list[str]:
+    """The words as said, without the boundary characters the patterns took with them."""
+    out: list[str] = []
+    for w in words:
+        w = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", w)
+        if w and w not in out:
+            out.append(w)
+    return out[:5]
+
+
+def match(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, Any]]:
+    concepts = [_Concept(*r) for r in con.execute("SELECT * FROM concepts ORDER BY concept_no").fetchall()]
+    if not concepts:
+        return []
+    by_no = {c.no: c for c in concepts}
+    _stage(con, concepts)
+    hosts = list((con.execute("SELECT nodes FROM attempt").fetchone() or [[]])[0] or [])
+    out: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    for obs_id, no, words, text in _said(con, concepts):
+        if obs_id in seen:  # the first row of a line is its meaning (_said's order)
+            continue
+        seen.add(obs_id)
+        c = by_no[no]
+        peer = _named(text, hosts) if c.blame == "peer" else None
+        out.append(
+            {
+                "obs_id": obs_id,
+                "symptom": c.symptom,
+                "blame": c.blame,
+                "peer_node": peer,
+                "attrs": {"concept": c.id, "words": _clean(words), **({"peer": peer} if peer else {})},
+            }
+        )
+    con.execute("DROP TABLE IF EXISTS concept_lines")
+    return out
