@@ -53,6 +53,11 @@ class SymptomDef(Strict):
     action: Action | None = None
     interesting: bool = False
     blame: Literal["node", "peer", "none"] = "none"
+    generic: bool = Field(
+        False,
+        description="a reading of last resort (python-exception's user-code exception): a concept's meaning "
+        "of the same line replaces it",
+    )
     failure_signal: bool | None = Field(
         None,
         description="marks when the attempt began failing (the failure window ends its look-back there); "
@@ -161,7 +166,7 @@ class PackTest(Strict):
     )
     expect: dict[str, Any] = Field(
         description="terminal_state, sub_domain, affected_nodes, root_symptom, "
-        "recommended_action: those given must match"
+        "recommended_action, confidence: those given must match"
     )
     path: str = ""
 

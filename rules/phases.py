@@ -176,19 +176,9 @@ def drop_overridden(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
     overridden rules' events on that line are dropped: the catalogs' reading of "RESOURCE_EXHAUSTED:
     Out of memory" is a GPU OOM, not python-exception's generic user-code exception."""
     extract = pack.by_phase("extract")
-    for r in [r for r in extract if r.yields]:
-        # a generic reading gives way to another rule's reading of the line with a meaning, but not
-        # to a rule it overrides nor to a notice ("Execution of replica 0 failed:" is a notice that
-        # another line says why; the same line going on "Resource exhausted: Out of memory" says it)
-        con.execute(
-            """
-            DELETE FROM events WHERE event_id IN (
-                SELECT e.event_id FROM events e JOIN events o ON o.obs_id = e.obs_id AND o.rule_id <> e.rule_id
-                WHERE e.rule_id = $rule AND NOT list_contains($over, o.rule_id)
-                  AND coalesce(o.role_hint, '') NOT IN ('context', 'benign', 'fact'))
-            """,
-            {"rule": r.id, "over": r.overrides},
-        )
+    yielding = [r.id for r in extract if r.yields]
+    if yielding:
+        _yield(con, yielding, [name for name, (_, d) in pack.symptom_defs.items() if d.generic])
     pairs = [(r.id, other) for r in extract for other in r.overrides]
     if not pairs:
         return
@@ -201,6 +191,33 @@ def drop_overridden(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
             WHERE coalesce(o.role_hint, '') NOT IN ('context', 'benign', 'fact'))
         """,
         {"by": [a for a, _ in pairs], "over": [b for _, b in pairs]},
+    )
+
+
+def _yield(con: duckdb.DuckDBPyConnection, yielding: list[str], generic: list[str]) -> None:
+    """A generic reading (a concept's: `yields`) gives way to any other rule's reading of the line
+    but a reading of last resort (`generic`), a notice included (a row that calls "invoked
+    oom-killer" a notice knows the line), except a notice whose match ends before the words it
+    read: a wrapper ("Execution of replica 0 failed: Resource exhausted: Out of memory ...") embeds
+    a message. Then where it stands, the reading of last resort of the line goes (the concept
+    beats python-exception's user-code exception, not its CUDA OOM)."""
+    con.execute(
+        """
+        DELETE FROM events WHERE event_id IN (
+            SELECT e.event_id FROM events e JOIN events o ON o.obs_id = e.obs_id AND o.rule_id <> e.rule_id
+            WHERE list_contains($yielding, e.rule_id) AND NOT list_contains($generic, o.symptom)
+              AND NOT list_contains($yielding, o.rule_id)
+              AND NOT coalesce(TRY_CAST(json_extract(o.attrs, '$.notice_end') AS INTEGER)
+                               <= TRY_CAST(json_extract(e.attrs, '$.at') AS INTEGER), false))
+        """,
+        {"yielding": yielding, "generic": generic},
+    )
+    con.execute(
+        """
+        DELETE FROM events WHERE list_contains($generic, symptom) AND obs_id IN (
+            SELECT obs_id FROM events WHERE list_contains($yielding, rule_id))
+        """,
+        {"yielding": yielding, "generic": generic},
     )
 
 

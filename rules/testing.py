@@ -252,6 +252,7 @@ def run_pack_case(pack: Pack, case: PackTest, settings: Settings | None = None) 
         "affected_nodes": d.affected_nodes,
         "root_symptom": d.root_cause.symptom if d.root_cause else None,
         "recommended_action": d.recommended_action.value,
+        "confidence": d.confidence.value,
     }
     wrong = {k: (v, got.get(k)) for k, v in case.expect.items() if k not in got or _norm(got[k]) != _norm(v)}
     if wrong:

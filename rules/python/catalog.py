@@ -125,8 +125,8 @@ def _stage_lines(con: duckdb.DuckDBPyConnection, m: _Matcher) -> None:
     )
 
 
-def _matches(con: duckdb.DuckDBPyConnection, m: _Matcher) -> list[tuple[int, int, str | None]]:
-    """(obs_id, row_no, peer) for every row whose pattern matches a staged line."""
+def _matches(con: duckdb.DuckDBPyConnection, m: _Matcher) -> list[tuple[int, int, str | None, int | None]]:
+    """(obs_id, row_no, peer, where a notice's match ends) for every row whose pattern matches a staged line."""
     pairs = [
         {"source": source, "found": found, "row_no": n}
         for source, found in con.execute("SELECT DISTINCT source, found FROM catalog_lines").fetchall()
@@ -146,8 +146,22 @@ def _matches(con: duckdb.DuckDBPyConnection, m: _Matcher) -> list[tuple[int, int
         if peers
         else "NULL"
     )
+    # where a notice's match ends on its line: a concept may still read what a wrapper embeds
+    # after it ("Execution of replica 0 failed: <the error>"; phases.drop_overridden)
+    notices = [n for n in wanted if m.rows[n].role in ("context", "benign")]
+    ends = (
+        "CASE c.row_no "
+        + " ".join(
+            f"WHEN {n} THEN strpos(l.body, regexp_extract(l.body, {_sql_text(m.rows[n].regex)})) "
+            f"+ length(regexp_extract(l.body, {_sql_text(m.rows[n].regex)})) - 1"
+            for n in notices
+        )
+        + " END"
+        if notices
+        else "NULL"
+    )
     return con.execute(
-        f"""SELECT l.obs_id, c.row_no, nullif({peer}, '') AS peer
+        f"""SELECT l.obs_id, c.row_no, nullif({peer}, '') AS peer, {ends} AS notice_end
             FROM catalog_lines l
             JOIN (SELECT unnest(from_json($p::JSON, $shape), recursive := true)) c
               ON c.source = l.source AND c.found = l.found
@@ -170,7 +184,7 @@ def match(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, 
     _stage_lines(con, m)
     out: list[dict[str, Any]] = []
     seen: set[tuple[int, str]] = set()
-    for obs_id, row_no, peer in _matches(con, m):
+    for obs_id, row_no, peer, notice_end in _matches(con, m):
         r = m.rows[row_no]
         if (obs_id, r.symptom) in seen:
             continue
@@ -185,7 +199,12 @@ def match(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, 
                 "action": None if r.role in ("cascade", "context", "benign") else r.action,
                 "blame": r.blame,
                 "peer_node": peer,
-                "attrs": {"catalog": r.id, "family": r.family, **({"peer": peer} if peer else {})},
+                "attrs": {
+                    "catalog": r.id,
+                    "family": r.family,
+                    **({"peer": peer} if peer else {}),
+                    **({"notice_end": notice_end} if notice_end else {}),
+                },
             }
         )
     con.execute("DROP TABLE IF EXISTS catalog_lines")

@@ -36,7 +36,7 @@ LOWER_LEVEL = (
 HEDGE = (
     r"(?i:\b(?:may|might|could|would|should|can|consider|avoid(?:ing)?|prevent(?:ing)?|reduc(?:e|ing)|"
     r"retry(?:ing)?|retries|will|if|whether|unless|hint|tip|e\.g|example|see|documentation|docs|"
-    r"recovered|resolved|cleared|no|not|without|never)\b)"
+    r"recovered|resolved|cleared|no|not|without|never|indicates?|possibl[ey]|probabl[ey]|likely|suggests?)\b)"
 )
 
 
@@ -90,8 +90,9 @@ def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> None:
     )
 
 
-def _said(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> list[tuple[int, int, list[str], str]]:
-    """(obs_id, concept_no, words, text) for every concept a staged line says, in its context."""
+def _said(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> list[tuple[int, int, list[str], int, str]]:
+    """(obs_id, concept_no, words, where they start, text) for every concept a staged line says, in
+    its context."""
     parts = []
     for c in concepts:
         says = _sql_text(c.says)
@@ -115,12 +116,13 @@ def _said(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> list[tupl
         here = f"regexp_matches(text, {_sql_text(c.where_)})" if c.where_ else "true"
         parts.append(
             f"SELECT obs_id, {c.no} AS concept_no, {str(c.decides).lower()} AS decides, {here} AS here, "
-            f"regexp_extract_all(text, {says}) AS words, text FROM concept_lines l WHERE {' AND '.join(cond)}"
+            f"regexp_extract_all(text, {says}) AS words, length({lead}) + 1 AS starts, text "
+            f"FROM concept_lines l WHERE {' AND '.join(cond)}"
         )
     # a line's meaning: one that ends an attempt before a cascade, one whose context the line
     # itself says before one its neighbours say, then file order
     return con.execute(
-        f"SELECT obs_id, concept_no, words, text FROM ({' UNION ALL '.join(parts)}) "
+        f"SELECT obs_id, concept_no, words, starts, text FROM ({' UNION ALL '.join(parts)}) "
         "ORDER BY obs_id, decides DESC, here DESC, concept_no"
     ).fetchall()
 
@@ -158,7 +160,7 @@ def match(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, 
     hosts = list((con.execute("SELECT nodes FROM attempt").fetchone() or [[]])[0] or [])
     out: list[dict[str, Any]] = []
     seen: set[int] = set()
-    for obs_id, no, words, text in _said(con, concepts):
+    for obs_id, no, words, starts, text in _said(con, concepts):
         if obs_id in seen:  # the first row of a line is its meaning (_said's order)
             continue
         seen.add(obs_id)
@@ -170,7 +172,7 @@ def match(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, 
                 "symptom": c.symptom,
                 "blame": c.blame,
                 "peer_node": peer,
-                "attrs": {"concept": c.id, "words": _clean(words), **({"peer": peer} if peer else {})},
+                "attrs": {"concept": c.id, "words": _clean(words), "at": starts, **({"peer": peer} if peer else {})},
             }
         )
     con.execute("DROP TABLE IF EXISTS concept_lines")
