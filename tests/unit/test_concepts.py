@@ -82,7 +82,8 @@ def test_the_context_that_decides_may_sit_on_the_next_line_of_an_exception(pack)
                 "source": "app",
                 "node": "nc6",
                 "text": "  (0) Resource exhausted: OOM when allocating tensor with "
-                "shape[16,112,112,147] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+                "shape[16,112,112,147] and type float on /job:localhost/replica:0/task:0/device:GPU:0 "
+                "by allocator GPU_0_bfc",
             },
         ],
         records=[{"source": "scope", "kind": "attempt_scope", "text": "state: FAILED", "attrs": {"state": "FAILED"}}],
