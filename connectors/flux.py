@@ -37,6 +37,7 @@ from workload_attribution.connectors.schedulers import (
     Webhook,
     register_scheduler,
     state_table,
+    warn_unknown,
 )
 from workload_attribution.contracts.errors import BadInput, SourceError, TransientSourceError, first_line
 from workload_attribution.contracts.hostlist import HostlistError, expand_hostlist
@@ -358,6 +359,7 @@ def discover(src: FluxSource, cluster: str, since: datetime, until: datetime) ->
     for job in failed_jobs(src, since):
         end = _epoch(job.get("t_inactive")) or _epoch(job.get("t_cleanup"))
         reading = STATES.read(job_facts(job))
+        warn_unknown(STATES, _state(job), f"job {job.get('jobid') or job.get('id')} in flux jobs")
         if reading.ended == "yes" and reading.failed and end is not None and since <= end < until:
             job_id = str(job.get("jobid") or job.get("id"))
             found.append(EndedAttempt.recorded(AttemptId(cluster=cluster, scheduler=NAME, job_id=job_id), end))

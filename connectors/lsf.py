@@ -38,6 +38,7 @@ from workload_attribution.connectors.schedulers import (
     Webhook,
     register_scheduler,
     state_table,
+    warn_unknown,
 )
 from workload_attribution.contracts.errors import BadInput, SourceError, TransientSourceError, first_line
 from workload_attribution.contracts.identity import NAME_PATTERN, AttemptId, EndedAttempt, Target
@@ -407,6 +408,7 @@ def discover(src: LsfSource, cluster: str, since: datetime, until: datetime) -> 
     found = []
     for job in bjobs(src):
         end = bjobs_time(job.get("FINISH_TIME"), _zone("UTC"), until)
+        warn_unknown(STATES, job.get("STAT"), f"job {job.get('JOBID')} in bjobs")  # read as failed: diagnosed
         if STATES.failed(str(job.get("STAT"))) and end is not None and since <= end < until:
             attempt = AttemptId(cluster=cluster, scheduler=NAME, job_id=str(job.get("JOBID")), attempt=0)
             found.append(EndedAttempt.recorded(attempt, end))

@@ -35,6 +35,7 @@ from workload_attribution.connectors.schedulers import (
     Webhook,
     register_scheduler,
     state_table,
+    warn_unknown,
 )
 from workload_attribution.contracts.errors import BadInput, SourceError, TransientSourceError, first_line
 from workload_attribution.contracts.identity import NAME_PATTERN, AttemptId, EndedAttempt, Target
@@ -303,6 +304,7 @@ def discover(src: PbsSource, cluster: str, since: datetime, until: datetime) -> 
             continue
         attrs = job_attrs(key, job, _zone("UTC"), None)
         reading = STATES.read(job_facts(job, []))
+        warn_unknown(STATES, job.get("job_state"), f"job {key} in qstat")  # its Exit_status decides
         end = attrs["end"]
         if reading.ended == "yes" and reading.failed and end is not None and since <= end < until:
             attempt = AttemptId(cluster=cluster, scheduler=NAME, job_id=key, attempt=attrs["attempt"])

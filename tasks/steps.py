@@ -78,7 +78,8 @@ def scope_attempt(target: Target, cluster: Cluster | None = None) -> ScopedAttem
         source, connector = scheduler.records
         sources[source] = (connector, settings)
     sources.update({name: (cfg.connector, cfg) for name, cfg in cluster.sources.items()})
-    return ScopedAttempt(scope=scope, staging=create_staging(scope), sources=sources)
+    notes = _unknown_state(scheduler.states, scope.state, f"the {scheduler.name} record")
+    return ScopedAttempt(scope=scope, staging=create_staging(scope), sources=sources, notes=notes)
 
 
 def scope_bundle(path: Path) -> ScopedAttempt:
@@ -87,6 +88,7 @@ def scope_bundle(path: Path) -> ScopedAttempt:
     as the scope's own record."""
     written = load_scope(path)
     scope, notes = bundle_record_wins(path, written)
+    notes = _unknown_state(get_scheduler(written.scheduler).states, written.state, "attempt.yaml") + notes
     bundle = BundleSource(path=str(path))
     scoped = ScopedAttempt(
         scope=scope,
@@ -121,6 +123,13 @@ def bundle_record_wins(bundle: Path, scope: AttemptScope) -> tuple[AttemptScope,
             f"{files} could not be read ({first_line(exc)[:200]}): the scope is "
             "attempt.yaml's, unchecked against the scheduler's record"
         ]
+
+
+def _unknown_state(states: StateTable, state: str | None, where: str) -> list[str]:
+    """The note on a state its scheduler's table does not hold (StateTable.unknown): the attempt is
+    diagnosed all the same, the note says which word and what the table holds."""
+    note = states.unknown(state, where)
+    return [note] if note else []
 
 
 def _host(name: str) -> str:
@@ -165,6 +174,7 @@ def record_wins(
         notes.append(
             f"state: the scheduler's record ({record}) says {state}, attempt.yaml {scope.state}: the record wins"
         )
+        notes += _unknown_state(states, state, record)
     start = facts.get("start") or scope.start
     end = scope.end if unended else facts.get("end") or scope.end
     if abs((start - scope.start).total_seconds()) >= 1 or abs((end - scope.end).total_seconds()) >= 1:
