@@ -284,7 +284,9 @@ def read_record(job: dict[str, Any] | None, text: str | None, paths: tuple[str, 
     attrs = job_attrs(job, events)
     reading = STATES.read(job_facts(job), attrs["nodes"])
     record = sr.job_observation(NAME, attrs, reading, paths[0], CONNECTOR)
-    return JobRecord([record, *observations], {k: attrs[k] for k in ("state", "nodes", "start", "end")}, events.bad)
+    facts = {k: attrs[k] for k in ("state", "nodes", "start", "end")}
+    facts["status"] = attrs["result"] or attrs["state"]  # what flux jobs shows: an inactive job's result
+    return JobRecord([record, *observations], facts, events.bad)
 
 
 def _matches(job: dict[str, Any], job_id: str) -> bool:

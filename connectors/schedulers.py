@@ -310,7 +310,8 @@ class Webhook:
 class JobRecord:
     """A scheduler's record of one job, read: the observations staged for the rules, and the facts
     a bundle's attempt.yaml is checked against (`state`, `nodes`, `start`, `end`: tasks/steps.py
-    record_wins)."""
+    record_wins; `status`: another word of the record's for the same state, which attempt.yaml may
+    give instead: Flux's result, as flux jobs shows an inactive job)."""
 
     observations: list[Observation]
     facts: dict[str, Any]

@@ -159,7 +159,8 @@ def record_wins(
     facts: the record's `state`, `nodes`, `start`, `end` (JobRecord.facts). What the record leaves
     empty (no start for a job that never started, no nodes) does not override; times agree within a
     second (accounting keeps whole seconds); nodes agree when their hosts do (short names); states
-    agree on their first word (attempt.yaml's `CANCELLED by 0` is sacct's `CANCELLED`). A record
+    agree on their first word (attempt.yaml's `CANCELLED by 0` is sacct's `CANCELLED`), or with the
+    record's `status` (attempt.yaml's FAILED is Flux's INACTIVE job whose result is FAILED). A record
     exported before the job ended (RUNNING, COMPLETING, ...) does not override the state and the end."""
     update: dict[str, Any] = {}
     notes: list[str] = []
@@ -169,7 +170,7 @@ def record_wins(
         notes.append(
             f"{record} was taken before the job ended (state {state}): attempt.yaml's state {scope.state} and end stand"
         )
-    elif state and _word(state) != _word(scope.state):
+    elif state and _word(scope.state) not in {_word(state), _word(str(facts.get("status") or ""))}:
         update["state"] = state
         notes.append(
             f"state: the scheduler's record ({record}) says {state}, attempt.yaml {scope.state}: the record wins"

@@ -142,6 +142,8 @@ def test_real_flux_bundles_with_the_status_flux_jobs_prints(tmp_path, bundle, st
     d = diagnose(copy)
     assert (d.terminal_state, d.sub_domain) == (expected["terminal_state"], expected["sub_domain"])
     assert not [n for n in d.notes if n.startswith(UNKNOWN_STATE)]
+    # the record (INACTIVE, its result the same word) agrees with attempt.yaml: no disagreement noted
+    assert not [n for n in d.notes if n.startswith("state:")], d.notes
 
 
 def _cli(*args: object) -> subprocess.CompletedProcess[str]:
