@@ -28,6 +28,7 @@ from workload_attribution.connectors.commands import run_tool
 from workload_attribution.connectors.coverage import Cover
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.connectors.schedulers import (
+    NO_STATE,
     STATE,
     BundleRecord,
     Fact,
@@ -349,7 +350,7 @@ def scope(src: FluxSource, target: Target) -> AttemptScope:
         nodes=attrs["nodes"],
         start=attrs["start"] or end,
         end=end,
-        state=attrs["state"] or "UNKNOWN",
+        state=attrs["state"] or NO_STATE,
         exit_code=attrs["exit_code"],
         reason=attrs["reason"],
     )

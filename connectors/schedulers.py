@@ -53,6 +53,7 @@ ENDED = ("yes", "no", "requeued")
 STATE = "state"  # the field of the scheduler's states (AttemptScope.state); `exit`, `reason`: its exit_code, reason
 BLAME = ("", "named")  # named: the allocation's hosts this fact names are the ones at fault
 UNKNOWN_STATE = "unknown state"  # how the note on a word no table holds begins (the CLI warns with it)
+NO_STATE = "UNKNOWN"  # what a scope says when no record gives a state (a window's, a record without one): no word
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,8 @@ class StateTable:
     to refuse or to skip an attempt, and never reads as a success: it is over (a completion trigger
     does not wait for it), it means nothing by itself, and it failed unless another fact of the
     record says otherwise (an exit code 0 whose row says `failed: no`), so a backfill and a
-    webhook diagnose it and the record and the evidence decide. `unknown` says so in a note."""
+    webhook diagnose it and the record and the evidence decide. `unknown` says so in a note.
+    NO_STATE (no record gave one) is no word: nothing is noted, and it fails nothing."""
 
     rows: tuple[State, ...] = ()
     name: str = ""  # the scheduler's (slurm_states.csv: slurm), named in the note on an unknown state
@@ -163,9 +165,10 @@ class StateTable:
         )
 
     def of(self, state: str) -> State:
-        """The row of a state; a word the table does not hold: over, failed, meaning nothing."""
+        """The row of a state; a word the table does not hold: over, meaning nothing, failed when it
+        is a word (`unknown`: not NO_STATE, nor any word of a scheduler without a table)."""
         word = (state.split() or [""])[0]
-        return self.find(STATE, state) or State(word, failed=True, meaning=UNKNOWN_STATE)
+        return self.find(STATE, state) or State(word, failed=bool(self.unknown(word, "")), meaning=UNKNOWN_STATE)
 
     def words(self) -> list[str]:
         """The states the table holds by name, in its order."""
@@ -176,7 +179,7 @@ class StateTable:
         naming the word, the scheduler and the table's words; "" for a word it holds, no word, or a
         scheduler without a table of states."""
         word = (str(state or "").split() or [""])[0]
-        if not word or not self.words() or self.find(STATE, word) is not None:
+        if word in ("", NO_STATE) or not self.words() or self.find(STATE, word) is not None:
             return ""
         shown = word if len(word) <= 40 else word[:37] + "..."  # repr escapes what a terminal should not see
         return (

@@ -61,6 +61,9 @@ def test_the_slurm_table_holds_every_documented_state_and_the_lists_it_replaced(
     assert note.startswith("unknown state 'LAUNCH_FAILED' (job 7's notice): not a word of the slurm states table")
     assert "BOOT_FAIL, CANCELLED" in note and ", TO)" in note and "\n" not in note
     assert SLURM.unknown("CD", "x") == SLURM.unknown(None, "x") == SLURM.unknown("", "x") == ""
+    # what a scope says when no record gave a state: no word, nothing noted, no failure
+    assert SLURM.unknown("UNKNOWN", "x") == "" and not SLURM.failed("UNKNOWN") and SLURM.ended("UNKNOWN")
+    assert not SLURM.read([Fact("state", "UNKNOWN")]).failed
 
 
 @pytest.mark.parametrize(

@@ -183,7 +183,8 @@ def test_an_unknown_word_never_reads_as_completed(tmp_path, exit_code, log, verd
     ]
 
 
-def test_the_backfill_finds_a_bundle_whose_word_no_table_holds(tmp_path):
+def test_the_backfill_finds_a_bundle_whose_word_no_table_holds(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="workload_attribution.schedulers")
     _bundle(tmp_path / "typo", "slurm", "7", "FAILD", None, "")
     _bundle(tmp_path / "done", "slurm", "8", "CD", "0:0", "")
     _bundle(tmp_path / "torque", "pbs", "9.pbs01", "C", "1", "")
@@ -192,6 +193,7 @@ def test_the_backfill_finds_a_bundle_whose_word_no_table_holds(tmp_path):
     )
     assert unreadable == []  # once refused as unreadable: now diagnosed
     assert sorted(Path(a.target.bundle).name for a in found) == ["torque", "typo"]  # CD completed: not looked at
+    assert caplog.text.count("unknown state") == 1 and "unknown state 'FAILD' (" in caplog.text
 
 
 def test_discovery_and_webhooks_warn_of_a_word_and_diagnose_it(tmp_path, caplog):
