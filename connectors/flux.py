@@ -28,6 +28,7 @@ from workload_attribution.connectors.commands import run_tool
 from workload_attribution.connectors.coverage import Cover
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.connectors.schedulers import (
+    NO_STATE,
     STATE,
     BundleRecord,
     Fact,
@@ -37,6 +38,7 @@ from workload_attribution.connectors.schedulers import (
     Webhook,
     register_scheduler,
     state_table,
+    warn_unknown,
 )
 from workload_attribution.contracts.errors import BadInput, SourceError, TransientSourceError, first_line
 from workload_attribution.contracts.hostlist import HostlistError, expand_hostlist
@@ -283,7 +285,9 @@ def read_record(job: dict[str, Any] | None, text: str | None, paths: tuple[str, 
     attrs = job_attrs(job, events)
     reading = STATES.read(job_facts(job), attrs["nodes"])
     record = sr.job_observation(NAME, attrs, reading, paths[0], CONNECTOR)
-    return JobRecord([record, *observations], {k: attrs[k] for k in ("state", "nodes", "start", "end")}, events.bad)
+    facts = {k: attrs[k] for k in ("state", "nodes", "start", "end")}
+    facts["status"] = attrs["result"] or attrs["state"]  # what flux jobs shows: an inactive job's result
+    return JobRecord([record, *observations], facts, events.bad)
 
 
 def _matches(job: dict[str, Any], job_id: str) -> bool:
@@ -346,7 +350,7 @@ def scope(src: FluxSource, target: Target) -> AttemptScope:
         nodes=attrs["nodes"],
         start=attrs["start"] or end,
         end=end,
-        state=attrs["state"] or "UNKNOWN",
+        state=attrs["state"] or NO_STATE,
         exit_code=attrs["exit_code"],
         reason=attrs["reason"],
     )
@@ -358,6 +362,7 @@ def discover(src: FluxSource, cluster: str, since: datetime, until: datetime) ->
     for job in failed_jobs(src, since):
         end = _epoch(job.get("t_inactive")) or _epoch(job.get("t_cleanup"))
         reading = STATES.read(job_facts(job))
+        warn_unknown(STATES, _state(job), f"job {job.get('jobid') or job.get('id')} in flux jobs")
         if reading.ended == "yes" and reading.failed and end is not None and since <= end < until:
             job_id = str(job.get("jobid") or job.get("id"))
             found.append(EndedAttempt.recorded(AttemptId(cluster=cluster, scheduler=NAME, job_id=job_id), end))

@@ -29,6 +29,7 @@ from workload_attribution.connectors.commands import run_tool
 from workload_attribution.connectors.coverage import Cover
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.connectors.schedulers import (
+    NO_STATE,
     STATE,
     BundleRecord,
     Fact,
@@ -38,6 +39,7 @@ from workload_attribution.connectors.schedulers import (
     Webhook,
     register_scheduler,
     state_table,
+    warn_unknown,
 )
 from workload_attribution.contracts.errors import BadInput, SourceError, TransientSourceError, first_line
 from workload_attribution.contracts.identity import NAME_PATTERN, AttemptId, EndedAttempt, Target
@@ -395,7 +397,7 @@ def scope(src: LsfSource, target: Target) -> AttemptScope:
         nodes=attrs["nodes"],
         start=attrs["start"] or end,
         end=end,
-        state=attrs["state"] or "UNKNOWN",
+        state=attrs["state"] or NO_STATE,
         exit_code=attrs["exit_code"],
         reason=attrs["reason"],
     )
@@ -407,6 +409,7 @@ def discover(src: LsfSource, cluster: str, since: datetime, until: datetime) -> 
     found = []
     for job in bjobs(src):
         end = bjobs_time(job.get("FINISH_TIME"), _zone("UTC"), until)
+        warn_unknown(STATES, job.get("STAT"), f"job {job.get('JOBID')} in bjobs")  # read as failed: diagnosed
         if STATES.failed(str(job.get("STAT"))) and end is not None and since <= end < until:
             attempt = AttemptId(cluster=cluster, scheduler=NAME, job_id=str(job.get("JOBID")), attempt=0)
             found.append(EndedAttempt.recorded(attempt, end))

@@ -26,6 +26,7 @@ from workload_attribution.connectors.commands import run_tool
 from workload_attribution.connectors.coverage import Cover
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.connectors.schedulers import (
+    NO_STATE,
     STATE,
     BundleRecord,
     Fact,
@@ -35,6 +36,7 @@ from workload_attribution.connectors.schedulers import (
     Webhook,
     register_scheduler,
     state_table,
+    warn_unknown,
 )
 from workload_attribution.contracts.errors import BadInput, SourceError, TransientSourceError, first_line
 from workload_attribution.contracts.identity import NAME_PATTERN, AttemptId, EndedAttempt, Target
@@ -289,7 +291,7 @@ def scope(src: PbsSource, target: Target) -> AttemptScope:
         nodes=attrs["nodes"],
         start=attrs["start"] or end,
         end=end,
-        state=str(attrs["state"] or "UNKNOWN"),
+        state=str(attrs["state"] or NO_STATE),
         exit_code=attrs["exit_code"],
         reason=attrs["reason"],
     )
@@ -303,6 +305,7 @@ def discover(src: PbsSource, cluster: str, since: datetime, until: datetime) -> 
             continue
         attrs = job_attrs(key, job, _zone("UTC"), None)
         reading = STATES.read(job_facts(job, []))
+        warn_unknown(STATES, job.get("job_state"), f"job {key} in qstat")  # its Exit_status decides
         end = attrs["end"]
         if reading.ended == "yes" and reading.failed and end is not None and since <= end < until:
             attempt = AttemptId(cluster=cluster, scheduler=NAME, job_id=key, attempt=attrs["attempt"])

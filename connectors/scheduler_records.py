@@ -15,7 +15,7 @@ from typing import Any
 
 from workload_attribution.connectors.coverage import Cover, Tally
 from workload_attribution.connectors.registry import CollectContext, Collected
-from workload_attribution.connectors.schedulers import STATE, Fact, JobRecord, Reading, state_table
+from workload_attribution.connectors.schedulers import NO_STATE, STATE, Fact, JobRecord, Reading, state_table
 from workload_attribution.contracts.errors import SourceError
 from workload_attribution.contracts.hostlist import expand_hostlist
 from workload_attribution.contracts.models import EARLIEST, LATEST, Details, Observation
@@ -97,7 +97,7 @@ def _state(value: Any) -> str:
         value = value.get("current")
     if isinstance(value, list):
         value = value[0] if value else None
-    return str(value or "UNKNOWN")
+    return str(value or NO_STATE)
 
 
 def sacct_observations(

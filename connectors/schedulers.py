@@ -31,6 +31,7 @@ the messages of its history).
 from __future__ import annotations
 
 import csv
+import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -47,9 +48,12 @@ from workload_attribution.contracts.models import AttemptScope, Observation
 from workload_attribution.contracts.vocabulary import TerminalState, check_pair
 
 DATA = Path(__file__).resolve().parent / "data"
+log = logging.getLogger("workload_attribution.schedulers")
 ENDED = ("yes", "no", "requeued")
 STATE = "state"  # the field of the scheduler's states (AttemptScope.state); `exit`, `reason`: its exit_code, reason
 BLAME = ("", "named")  # named: the allocation's hosts this fact names are the ones at fault
+UNKNOWN_STATE = "unknown state"  # how the note on a word no table holds begins (the CLI warns with it)
+NO_STATE = "UNKNOWN"  # what a scope says when no record gives a state (a window's, a record without one): no word
 
 
 @dataclass(frozen=True)
@@ -134,16 +138,23 @@ def scope_facts(scope: AttemptScope) -> list[Fact]:
 class StateTable:
     """A scheduler's fields and their values -> the terminal-state vocabulary. A state is looked up
     by its first word (Slurm's `CANCELLED by 0` is CANCELLED), another field by its whole value:
-    exactly, then by the table's patterns (`*` any text) in the table's order. A state the table
-    does not know is over, not a failure a backfill looks for, and means nothing by itself."""
+    exactly, then by the table's patterns (`*` any text) in the table's order.
+
+    A state the table does not hold (a later release's word, a typo such as FAILD) is never a reason
+    to refuse or to skip an attempt, and never reads as a success: it is over (a completion trigger
+    does not wait for it), it means nothing by itself, and it failed unless another fact of the
+    record says otherwise (an exit code 0 whose row says `failed: no`), so a backfill and a
+    webhook diagnose it and the record and the evidence decide. `unknown` says so in a note.
+    NO_STATE (no record gave one) is no word: nothing is noted, and it fails nothing."""
 
     rows: tuple[State, ...] = ()
+    name: str = ""  # the scheduler's (slurm_states.csv: slurm), named in the note on an unknown state
 
     @classmethod
     def load(cls, path: Path) -> StateTable:
         with path.open(newline="") as f:
             rows = tuple(_state_row(path, i, row) for i, row in enumerate(csv.DictReader(f), 2))
-        return cls(rows)
+        return cls(rows, path.stem.removesuffix("_states"))
 
     def find(self, field: str, value: str) -> State | None:
         """The row of `field` for a value, or None."""
@@ -154,15 +165,38 @@ class StateTable:
         )
 
     def of(self, state: str) -> State:
+        """The row of a state; a word the table does not hold: over, meaning nothing, failed when it
+        is a word (`unknown`: not NO_STATE, nor any word of a scheduler without a table)."""
         word = (state.split() or [""])[0]
-        return self.find(STATE, state) or State(word)
+        return self.find(STATE, state) or State(word, failed=bool(self.unknown(word, "")), meaning=UNKNOWN_STATE)
+
+    def words(self) -> list[str]:
+        """The states the table holds by name, in its order."""
+        return [r.state for r in self.rows if r.field == STATE and "*" not in r.state]
+
+    def unknown(self, state: str | None, where: str) -> str:
+        """The note on a state the table does not hold (`where`: whose word it is, "attempt.yaml"),
+        naming the word, the scheduler and the table's words; "" for a word it holds, no word, or a
+        scheduler without a table of states."""
+        word = (str(state or "").split() or [""])[0]
+        if word in ("", NO_STATE) or not self.words() or self.find(STATE, word) is not None:
+            return ""
+        shown = word if len(word) <= 40 else word[:37] + "..."  # repr escapes what a terminal should not see
+        return (
+            f"{UNKNOWN_STATE} {shown!r} ({where}): not a word of the {self.name or 'scheduler'} "
+            f"states table ({', '.join(self.words())}); it says nothing by itself: read as over and failed "
+            "unless the record says otherwise, the record and the evidence decide"
+        )
 
     def read(self, facts: Iterable[Fact], hosts: Iterable[str] = ()) -> Reading:
         """What the facts say, the first of them that says each thing: over, failed, meaning. The
-        hosts blamed are the allocation's hosts named by the facts whose rows blame what they name."""
+        hosts blamed are the allocation's hosts named by the facts whose rows blame what they name.
+        A state the table does not hold counts as failed when no other fact says (see the class)."""
+        facts = list(facts)
         found = [(f, row) for f in facts if f.said for row in [self.find(f.field, f.said)] if row is not None]
+        unknown = any(f.field == STATE and f.said and self.unknown(f.said, "") for f in facts)
         ended = next((r.ended for _, r in found if r.ended), "yes")
-        failed = next((r.failed for _, r in found if r.failed is not None), False)
+        failed = next((r.failed for _, r in found if r.failed is not None), unknown)
         means = next(((f, r) for f, r in found if r.terminal_state), None)
         blamed = _named(hosts, [f.text or f.said for f, r in found if r.blame == "named"])
         if means is None:
@@ -188,6 +222,15 @@ class StateTable:
     def failure_states(self) -> list[str]:
         """The states a backfill looks for (exact ones: a scheduler's filter takes names)."""
         return [r.state for r in self.rows if r.field == STATE and r.failed and "*" not in r.state]
+
+
+def warn_unknown(table: StateTable, state: str | None, where: str) -> str:
+    """The note on a state the table does not hold, logged as a warning where no diagnosis carries
+    it (a backfill's discovery, a webhook's notice); "" for a word the table holds."""
+    note = table.unknown(state, where)
+    if note:
+        log.warning("%s", note)
+    return note
 
 
 def _named(hosts: Iterable[str], texts: list[str]) -> tuple[str, ...]:
@@ -270,7 +313,8 @@ class Webhook:
 class JobRecord:
     """A scheduler's record of one job, read: the observations staged for the rules, and the facts
     a bundle's attempt.yaml is checked against (`state`, `nodes`, `start`, `end`: tasks/steps.py
-    record_wins)."""
+    record_wins; `status`: another word of the record's for the same state, which attempt.yaml may
+    give instead: Flux's result, as flux jobs shows an inactive job)."""
 
     observations: list[Observation]
     facts: dict[str, Any]

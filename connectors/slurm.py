@@ -31,6 +31,7 @@ from workload_attribution.connectors.schedulers import (
     Webhook,
     register_scheduler,
     state_table,
+    warn_unknown,
 )
 from workload_attribution.contracts.errors import BadInput, SourceError, TransientSourceError, first_line
 from workload_attribution.contracts.hostlist import expand_hostlist
@@ -316,6 +317,7 @@ def discover_failed(
     out = []
     for job in doc.get("jobs") or []:
         state = sr._state(job.get("state"))
+        warn_unknown(STATES, state, f"job {job.get('job_id')} in Slurm accounting")
         ended = sr._epoch((job.get("time") or {}).get("end"))
         if STATES.failed(state) and ended and start <= ended < end:
             out.append(
@@ -377,6 +379,7 @@ class SlurmJobEvent(BaseModel):
 
 def read_notice(event: SlurmJobEvent) -> Notice:
     attempt = AttemptId(cluster=event.cluster, scheduler="slurm", job_id=event.job_id, attempt=event.attempt)
+    warn_unknown(STATES, event.state, f"job {event.job_id}'s completion notice")  # diagnosed: not completed
     return Notice(
         Target.completed(attempt), not STATES.completed(event.state), f"job {event.state}", asked=event.diagnose
     )

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from workload_attribution.connectors.schedulers import Scheduler, register_scheduler, state_table
+from workload_attribution.connectors.schedulers import NO_STATE, Scheduler, register_scheduler, state_table
 from workload_attribution.contracts.errors import BadInput
 from workload_attribution.contracts.identity import STATIC, Target
 from workload_attribution.contracts.models import AttemptScope
 
-UNKNOWN = "UNKNOWN"  # the state of an attempt no scheduler recorded
+UNKNOWN = NO_STATE  # the state of an attempt no scheduler recorded
 
 
 def scope(config: Any, target: Target) -> AttemptScope:

@@ -84,7 +84,7 @@ def discover_bundles(root: Path, since: datetime, until: datetime) -> tuple[list
     """Every bundle (a directory with attempt.yaml) under root whose attempt ended in [since, until)
     other than completed (its scheduler's table reads attempt.yaml's exit code, reason and state)."""
     from workload_attribution.connectors.bundle import BundleError, load_scope
-    from workload_attribution.connectors.schedulers import get_scheduler, scope_facts
+    from workload_attribution.connectors.schedulers import get_scheduler, scope_facts, warn_unknown
 
     found, bad = [], []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -96,7 +96,9 @@ def discover_bundles(root: Path, since: datetime, until: datetime) -> tuple[list
         except (BundleError, ValueError) as exc:
             bad.append((dirpath, str(exc).splitlines()[0]))
             continue
-        if since <= s.end < until and not get_scheduler(s.scheduler).states.read(scope_facts(s)).completed:
+        states = get_scheduler(s.scheduler).states
+        if since <= s.end < until and not states.read(scope_facts(s)).completed:
+            warn_unknown(states, s.state, f"{dirpath}/attempt.yaml")  # diagnosed, its note says the same
             found.append(EndedAttempt(s.id, Target(bundle=dirpath), s.end))
     return sorted(found, key=lambda a: (a.end, a.key)), bad
 

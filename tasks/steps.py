@@ -78,7 +78,8 @@ def scope_attempt(target: Target, cluster: Cluster | None = None) -> ScopedAttem
         source, connector = scheduler.records
         sources[source] = (connector, settings)
     sources.update({name: (cfg.connector, cfg) for name, cfg in cluster.sources.items()})
-    return ScopedAttempt(scope=scope, staging=create_staging(scope), sources=sources)
+    notes = _unknown_state(scheduler.states, scope.state, f"the {scheduler.name} record")
+    return ScopedAttempt(scope=scope, staging=create_staging(scope), sources=sources, notes=notes)
 
 
 def scope_bundle(path: Path) -> ScopedAttempt:
@@ -87,6 +88,7 @@ def scope_bundle(path: Path) -> ScopedAttempt:
     as the scope's own record."""
     written = load_scope(path)
     scope, notes = bundle_record_wins(path, written)
+    notes = _unknown_state(get_scheduler(written.scheduler).states, written.state, "attempt.yaml") + notes
     bundle = BundleSource(path=str(path))
     scoped = ScopedAttempt(
         scope=scope,
@@ -123,6 +125,13 @@ def bundle_record_wins(bundle: Path, scope: AttemptScope) -> tuple[AttemptScope,
         ]
 
 
+def _unknown_state(states: StateTable, state: str | None, where: str) -> list[str]:
+    """The note on a state its scheduler's table does not hold (StateTable.unknown): the attempt is
+    diagnosed all the same, the note says which word and what the table holds."""
+    note = states.unknown(state, where)
+    return [note] if note else []
+
+
 def _host(name: str) -> str:
     """A host as scope-attempt compares it: its short name (gpu-w05.cluster.local is gpu-w05), an IP whole."""
     return name if re.fullmatch(r"[0-9.]+", name) else name.split(".")[0].lower()
@@ -150,7 +159,8 @@ def record_wins(
     facts: the record's `state`, `nodes`, `start`, `end` (JobRecord.facts). What the record leaves
     empty (no start for a job that never started, no nodes) does not override; times agree within a
     second (accounting keeps whole seconds); nodes agree when their hosts do (short names); states
-    agree on their first word (attempt.yaml's `CANCELLED by 0` is sacct's `CANCELLED`). A record
+    agree on their first word (attempt.yaml's `CANCELLED by 0` is sacct's `CANCELLED`), or with the
+    record's `status` (attempt.yaml's FAILED is Flux's INACTIVE job whose result is FAILED). A record
     exported before the job ended (RUNNING, COMPLETING, ...) does not override the state and the end."""
     update: dict[str, Any] = {}
     notes: list[str] = []
@@ -160,11 +170,12 @@ def record_wins(
         notes.append(
             f"{record} was taken before the job ended (state {state}): attempt.yaml's state {scope.state} and end stand"
         )
-    elif state and _word(state) != _word(scope.state):
+    elif state and _word(scope.state) not in {_word(state), _word(str(facts.get("status") or ""))}:
         update["state"] = state
         notes.append(
             f"state: the scheduler's record ({record}) says {state}, attempt.yaml {scope.state}: the record wins"
         )
+        notes += _unknown_state(states, state, record)
     start = facts.get("start") or scope.start
     end = scope.end if unended else facts.get("end") or scope.end
     if abs((start - scope.start).total_seconds()) >= 1 or abs((end - scope.end).total_seconds()) >= 1:

@@ -244,6 +244,7 @@ def _diagnose_one(
             raise
         common.say(f"{label}: {common.first_line(exc)}" if batch else common.first_line(exc))
         return code
+    _warn_unknown_states(d, f"{label}: " if batch else "")
     if args.out:
         name = Path(target.bundle).resolve().name if target.bundle else d.attempt.job_id.replace("/", "_")
         (Path(args.out) / f"{name}.json").write_text(d.to_json())
@@ -257,6 +258,16 @@ def _diagnose_one(
             f"affected={','.join(d.affected_nodes) or '-'} ({time.monotonic() - started:.1f}s)"
         )
     return status
+
+
+def _warn_unknown_states(d: Any, prefix: str) -> None:
+    """A state word no scheduler table holds is diagnosed, never refused: stderr says so as well as
+    the diagnosis' note (a typo such as FAILD must not pass unseen)."""
+    from workload_attribution.connectors.schedulers import UNKNOWN_STATE
+
+    for note in d.notes:
+        if note.startswith(UNKNOWN_STATE):
+            common.say(f"{prefix}warning: {_printable(note)}")
 
 
 def _stage_ahead() -> None:

@@ -80,10 +80,11 @@ def test_term_reasons_exit_codes_and_states_read_through_the_table(facts, meanin
 
 
 def test_states_say_when_the_record_is_the_last_word():
-    unended = ["PEND", "PSUSP", "RUN", "SSUSP", "USUSP", "WAIT", "UNKWN"]
+    unended = ["PEND", "PROV", "PSUSP", "RUN", "SSUSP", "USUSP", "WAIT", "UNKWN"]
     assert all(lsf.STATES.unended(s) for s in unended)
-    assert [s for s in ("DONE", "EXIT", "PDONE", "PERR") if lsf.STATES.ended(s)] == ["DONE", "EXIT", "PDONE", "PERR"]
-    assert lsf.STATES.failure_states() == ["EXIT"]
+    over = ["DONE", "EXIT", "ZOMBI", "PDONE", "PERR", "POST_DONE", "POST_ERR"]
+    assert [s for s in over if lsf.STATES.ended(s)] == over
+    assert lsf.STATES.failure_states() == ["EXIT", "ZOMBI"]  # ZOMBI: killed while its host was unreachable
     assert lsf.check_job_id("4718921[3]") == "4718921[3]"
     with pytest.raises(ValueError, match="not an LSF job id"):
         lsf.check_job_id("12995 -u all")

@@ -19,38 +19,51 @@ from workload_attribution.connectors.kueue import ended_badly
 from workload_attribution.connectors.schedulers import Fact, StateTable, get_scheduler, schedulers
 from workload_attribution.connectors.slurm import STATES as SLURM
 
-# Slurm's job state codes (squeue(1), JOB STATE CODES)
-SLURM_DOCUMENTED = (
-    "BOOT_FAIL CANCELLED COMPLETED CONFIGURING COMPLETING DEADLINE FAILED NODE_FAIL OUT_OF_MEMORY PENDING PREEMPTED "
-    "RUNNING RESV_DEL_HOLD REQUEUE_FED REQUEUE_HOLD REQUEUED RESIZING REVOKED SIGNALING SPECIAL_EXIT STAGE_OUT "
-    "STOPPED SUSPENDED TIMEOUT"
-).split()
+# Slurm's job state codes (squeue(1), JOB STATE CODES): the compact code and the name, as squeue lists them
+SLURM_DOCUMENTED = dict(
+    pair.split(":")
+    for pair in (
+        "BF:BOOT_FAIL CA:CANCELLED CD:COMPLETED CF:CONFIGURING CG:COMPLETING DL:DEADLINE F:FAILED NF:NODE_FAIL "
+        "OOM:OUT_OF_MEMORY PD:PENDING PR:PREEMPTED R:RUNNING RD:RESV_DEL_HOLD RF:REQUEUE_FED RH:REQUEUE_HOLD "
+        "RQ:REQUEUED RS:RESIZING RV:REVOKED SI:SIGNALING SE:SPECIAL_EXIT SO:STAGE_OUT ST:STOPPED S:SUSPENDED TO:TIMEOUT"
+    ).split()
+)
+SLURM_NAMES = list(SLURM_DOCUMENTED.values())
 
 
 def test_the_slurm_table_holds_every_documented_state_and_the_lists_it_replaced():
-    assert sorted(r.state for r in SLURM.rows) == sorted(SLURM_DOCUMENTED)
+    assert sorted(r.state for r in SLURM.rows) == sorted([*SLURM_DOCUMENTED, *SLURM_NAMES])
+    for code, name in SLURM_DOCUMENTED.items():  # a compact code reads as its name
+        short, long = SLURM.of(code), SLURM.of(name)
+        assert (short.ended, short.failed, short.terminal_state, short.sub_domain) == (
+            long.ended,
+            long.failed,
+            long.terminal_state,
+            long.sub_domain,
+        ), code
     # what backfills looked for, what a record taken before the end is, what a webhook records
-    assert set(SLURM.failure_states()) == {
-        "FAILED",
-        "NODE_FAIL",
-        "TIMEOUT",
-        "OUT_OF_MEMORY",
-        "CANCELLED",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-    }
-    unended = {s for s in SLURM_DOCUMENTED if SLURM.unended(s)}
+    failing = {"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+    assert set(SLURM.failure_states()) == failing | {c for c, n in SLURM_DOCUMENTED.items() if n in failing}
+    unended = {s for s in SLURM_NAMES if SLURM.unended(s)}
     assert unended == {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "SIGNALING"} | {
         "STAGE_OUT",
         "STOPPED",
     }
-    assert [s for s in SLURM_DOCUMENTED if SLURM.completed(s)] == ["COMPLETED"]
+    assert [s for s in SLURM_NAMES if SLURM.completed(s)] == ["COMPLETED"] and SLURM.completed("cd")
     assert not SLURM.ended("REQUEUED") and not SLURM.unended("REQUEUED")  # over for this attempt, runs again
     assert SLURM.failed("CANCELLED by 0") and SLURM.of("CANCELLED by 0").sub_domain == "cancelled"
     assert SLURM.of("TIMEOUT").terminal_state == "scheduler_action" and SLURM.of("FAILED").terminal_state == ""
-    later = SLURM.of("LAUNCH_FAILED")  # a state a later Slurm adds: over, not looked for, meaning nothing alone
-    assert (later.ended, later.failed, later.terminal_state) == ("yes", False, "")
+    # a state a later Slurm adds: over, failed (a backfill and a webhook diagnose it), meaning nothing alone
+    later = SLURM.of("LAUNCH_FAILED")
+    assert (later.ended, later.failed, later.terminal_state) == ("yes", True, "")
+    assert not SLURM.completed("LAUNCH_FAILED") and not SLURM.unended("LAUNCH_FAILED")
+    note = SLURM.unknown("LAUNCH_FAILED", "job 7's notice")
+    assert note.startswith("unknown state 'LAUNCH_FAILED' (job 7's notice): not a word of the slurm states table")
+    assert "BOOT_FAIL, CANCELLED" in note and ", TO)" in note and "\n" not in note
+    assert SLURM.unknown("CD", "x") == SLURM.unknown(None, "x") == SLURM.unknown("", "x") == ""
+    # what a scope says when no record gave a state: no word, nothing noted, no failure
+    assert SLURM.unknown("UNKNOWN", "x") == "" and not SLURM.failed("UNKNOWN") and SLURM.ended("UNKNOWN")
+    assert not SLURM.read([Fact("state", "UNKNOWN")]).failed
 
 
 @pytest.mark.parametrize(
@@ -138,8 +151,13 @@ def test_a_record_reads_as_facts_the_first_that_says_each_thing_decides(tmp_path
     running = table.read([Fact("substate", "42"), Fact("state", "R")])
     assert (running.ended, running.failed) == ("no", False)
     assert table.read([Fact("exit", "0"), Fact("state", "f")]).completed  # case aside
+    # a state the table does not hold is over and failed unless another fact says otherwise
     unknown = table.read([Fact("state", "Z")])
-    assert (unknown.ended, unknown.failed, unknown.terminal_state) == ("yes", False, "")
+    assert (unknown.ended, unknown.failed, unknown.terminal_state) == ("yes", True, "")
+    exited_0 = table.read([Fact("exit", "0"), Fact("state", "Z")])
+    assert (exited_0.failed, exited_0.terminal_state) == (False, "completed")  # the record decides
+    assert not table.read([Fact("substate", "42"), Fact("state", "F")]).failed  # a value of another field: nothing
+    assert table.name == "t" and table.words() == ["F", "R"] and table.unknown("Z", "x").startswith("unknown state")
 
 
 def test_the_scope_of_an_attempt_reads_through_its_schedulers_table():
