@@ -112,8 +112,10 @@ SUB_DOMAINS: dict[TerminalState, frozenset[SubDomain]] = {
 # determines it, or says why it cannot (rules/python/hosts.py, rules/settle.py).
 NODE_LEVEL: frozenset[tuple[TerminalState, SubDomain]] = frozenset(
     {(TerminalState.hardware_failure, sd) for sd in SUB_DOMAINS[TerminalState.hardware_failure]}
-    | {(TerminalState.infrastructure_failure, SubDomain.node_unreachable),
-       (TerminalState.infrastructure_failure, SubDomain.network_link)}
+    | {
+        (TerminalState.infrastructure_failure, SubDomain.node_unreachable),
+        (TerminalState.infrastructure_failure, SubDomain.network_link),
+    }
 ) - {(TerminalState.hardware_failure, SubDomain.ambiguous)}
 
 
@@ -123,6 +125,7 @@ def node_level(terminal_state: str | None, sub_domain: str | None) -> bool:
         return (TerminalState(terminal_state), SubDomain(sub_domain)) in NODE_LEVEL
     except ValueError:
         return False
+
 
 class Action(Vocabulary):
     """What recovery should do. Actions that isolate (drain, reset, reboot) apply to exactly the

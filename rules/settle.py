@@ -198,9 +198,16 @@ def _naming_sentence(source: str, hosts: list[str], start: Any, end: Any) -> str
 def unnamed_host_note(d: Diagnosis, why: str | None) -> str | None:
     """Why a node-level verdict names no host, and what would settle it ("node_unreachable: the
     evidence names no host of the 8 allocated; the scheduler's record gives no node; would settle:
-    the job's scheduler_log would name the host")."""
+    syslog (n1, n2, n3 and 5 more), scheduler_log"); would_settle says each in a sentence."""
     if not unnamed_host(d):
         return None
     why = why or f"the evidence names no host of the {len(d.attempt.nodes)} allocated"
-    settles = "; ".join(m.reason for m in d.would_settle[:SHOWN_HOSTS]) or "nothing left uncollected would name it"
+    settles = ", ".join(_source_of(m) for m in d.would_settle) or "nothing left uncollected would name it"
     return f"{d.sub_domain}: {why}; would settle: {settles}"
+
+
+def _source_of(m: MissingEvidence) -> str:
+    if not m.hosts:
+        return m.source
+    more = len(m.hosts) - SHOWN_HOSTS
+    return f"{m.source} ({', '.join(m.hosts[:SHOWN_HOSTS])}{f' and {more} more' if more > 0 else ''})"

@@ -94,12 +94,15 @@ def peers_to_hosts(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[d
     hosts = _allocation(con)
     addresses = _addresses(con)
     out = []
-    for event_id, peer in con.execute(
-        "SELECT event_id, coalesce(json_extract_string(attrs, '$.peer'), peer_node) FROM events "
+    resolved: dict[str, str | None] = {}  # thousands of NCCL lines name a few peers
+    for event_id, peer, peer_node in con.execute(
+        "SELECT event_id, coalesce(json_extract_string(attrs, '$.peer'), peer_node), peer_node FROM events "
         "WHERE coalesce(json_extract_string(attrs, '$.peer'), peer_node) IS NOT NULL"
     ).fetchall():
-        host = resolve(peer, hosts, addresses)
-        if host is not None:
+        if peer not in resolved:
+            resolved[peer] = resolve(peer, hosts, addresses)
+        host = resolved[peer]
+        if host is not None and host != peer_node:
             out.append({"event_id": event_id, "peer_node": host})
     return out
 
@@ -109,9 +112,7 @@ class _Evidence:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
         self.hosts = _allocation(con)
-        self.record_nodes = dict(
-            con.execute("SELECT obs_id, node FROM records WHERE node IS NOT NULL").fetchall()
-        )
+        self.record_nodes = dict(con.execute("SELECT obs_id, node FROM records WHERE node IS NOT NULL").fetchall())
         self.scheduler_named = self._scheduler_named(con)
         self.kernel_reporting = sorted(self._kernel_reporting(con, settings))
 
@@ -171,7 +172,8 @@ class _Evidence:
         if not self.hosts:
             why = "the attempt's allocation is not known"
         elif lost_node and len(self.kernel_reporting) > 1:
-            why += f" ({len(self.kernel_reporting)} hosts' kernel logs report hardware errors: {', '.join(self.kernel_reporting[:3])})"
+            reporting = ", ".join(self.kernel_reporting[:3])
+            why += f" ({len(self.kernel_reporting)} hosts' kernel logs report hardware errors: {reporting})"
         elif lost_node:
             why += "; the scheduler's record gives no node"
         return None, why

@@ -84,6 +84,13 @@ def _lost_daemon_hosts(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
         m = LOST_DAEMON_HOST.match(body)
         if m:
             host = m.group(1)
-            out.append({"obs_id": obs_id, "symptom": "mpi_daemon_lost", "peer_node": host, "blame": "peer",
-                        "attrs": {"peer": host, "kind": "ompi_hostname_line"}})
+            out.append(
+                {
+                    "obs_id": obs_id,
+                    "symptom": "mpi_daemon_lost",
+                    "peer_node": host,
+                    "blame": "peer",
+                    "attrs": {"peer": host, "kind": "ompi_hostname_line"},
+                }
+            )
     return out

@@ -82,7 +82,14 @@ def test_which_verdicts_are_node_level(terminal_state: str | None, sub_domain: s
 def _diagnosis(terminal_state: str, sub_domain: str, affected: list[str]) -> Diagnosis:
     t = datetime(2026, 5, 20, tzinfo=timezone.utc)
     scope = AttemptScope(
-        cluster="c", scheduler="slurm", job_id="1", attempt=0, nodes=[f"n{i}" for i in range(8)], start=t, end=t, state="NODE_FAIL"
+        cluster="c",
+        scheduler="slurm",
+        job_id="1",
+        attempt=0,
+        nodes=[f"n{i}" for i in range(8)],
+        start=t,
+        end=t,
+        state="NODE_FAIL",
     )
     return Diagnosis(
         diagnosis_id="d",
@@ -125,5 +132,9 @@ def test_a_lost_node_nothing_names_notes_why_and_what_would_name_it(tmp_path) ->
         [],
     )
     why = [n for n in d.notes if n.startswith("node_unreachable: the evidence names no host of the 2 allocated")]
-    assert why and "the scheduler's record gives no node" in why[0] and "would settle:" in why[0]
-    assert [m.source for m in d.would_settle] and all("would name the host" in m.reason for m in d.would_settle)
+    assert why == [
+        "node_unreachable: the evidence names no host of the 2 allocated; the scheduler's record gives no node; "
+        "would settle: syslog (gpu08, gpu09), sacct, scheduler_log"
+    ]
+    assert [m.source for m in d.would_settle] == ["syslog", "sacct", "scheduler_log"]
+    assert all(m.reason.endswith("would name the host") for m in d.would_settle)
