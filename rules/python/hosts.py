@@ -9,11 +9,12 @@ hosts answer to, or none, determines nobody: never a guess.
 
 A node-level event (its verdict's blame is a host: contracts.vocabulary.NODE_LEVEL, or the
 scheduler's NODE_FAIL) that names no host gets the one the evidence determines, in this order:
-the allocation's only host; the host the scheduler's own record is about (a pod's nodeName, a
-node's condition, a kubelet event on a Node, the one host of a step that ended NODE_FAIL, a host
-the job's reason names); for a lost node, the only allocation host whose kernel log reports
-hardware errors (MCE, EDAC, `[Hardware Error]`) during the attempt. When none is determined the
-event says why (attrs.host_unnamed), and the diagnosis repeats it.
+the allocation's only host; the host another line of the same report names (Open MPI's header,
+then `hostname: X`); the host the scheduler's own record is about (a pod's nodeName, also for a
+kubelet event on that pod, a node's condition, an event on a Node); for a lost node, the one host
+of the steps that ended NODE_FAIL, or a host the job's reason names, then the only allocation host
+whose kernel log reports hardware errors (MCE, EDAC, `[Hardware Error]`) during the attempt. When
+none is determined the event says why (attrs.host_unnamed), and the diagnosis repeats it.
 """
 
 from __future__ import annotations
@@ -112,9 +113,27 @@ class _Evidence:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
         self.hosts = _allocation(con)
-        self.record_nodes = dict(con.execute("SELECT obs_id, node FROM records WHERE node IS NOT NULL").fetchall())
+        self.record_nodes = self._record_nodes(con)
         self.scheduler_named = self._scheduler_named(con)
         self.kernel_reporting = sorted(self._kernel_reporting(con, settings))
+
+    @staticmethod
+    def _record_nodes(con: duckdb.DuckDBPyConnection) -> dict[int, str]:
+        """The node each scheduler record is about: its own (a pod's nodeName, a node's condition, a
+        kubelet event on a Node), or for an event on a Pod, the node the pod's status gives."""
+        return dict(
+            con.execute("""
+            WITH pods AS (
+                SELECT json_extract_string(attrs, '$.pod') AS pod, node FROM records
+                WHERE kind IN ('pod_terminated', 'pod_disruption') AND node IS NOT NULL
+            )
+            SELECT r.obs_id, any_value(coalesce(r.node, p.node)) FROM records r
+            LEFT JOIN pods p ON r.node IS NULL AND r.kind = 'k8s_event'
+                 AND json_extract_string(r.attrs, '$.kind') = 'Pod' AND p.pod = json_extract_string(r.attrs, '$.name')
+            WHERE coalesce(r.node, p.node) IS NOT NULL
+            GROUP BY r.obs_id HAVING count(DISTINCT coalesce(r.node, p.node)) = 1
+            """).fetchall()
+        )
 
     def _scheduler_named(self, con: duckdb.DuckDBPyConnection) -> str | None:
         """The one host the scheduler's record says the job lost: the host of the steps that ended
