@@ -291,7 +291,7 @@ def pod_observations(
                     node=node,
                     time=_k8s_time(term.get("finishedAt"), problems),
                     text=f"pod {meta.get('name')} container {cs.get('name')} terminated reason={term.get('reason')} "
-                    f"exitCode={term.get('exitCode')}",
+                    f"exitCode={term.get('exitCode')}{_pod_status_said(status)}",
                     path=path,
                     attrs={
                         "pod": meta.get("name"),
@@ -321,6 +321,15 @@ def pod_observations(
         return obs
 
     return _records(_items(doc, "pods"), path, problems, read)
+
+
+def _pod_status_said(status: dict[str, Any]) -> str:
+    """What the pod's own status says of its end (the kubelet's `Shutdown: Node is shutting,
+    evicting pods`), so the catalogs read it with the container's end."""
+    reason, message = status.get("reason"), status.get("message")
+    if not reason and not message:
+        return ""
+    return f"; pod status reason={reason}: {message or ''}"
 
 
 def event_observations(

@@ -108,6 +108,25 @@ SUB_DOMAINS: dict[TerminalState, frozenset[SubDomain]] = {
 }
 
 
+# The verdicts whose blame is a host: the diagnosis names it (affected_nodes) whenever the evidence
+# determines it, or says why it cannot (rules/python/hosts.py, rules/settle.py).
+NODE_LEVEL: frozenset[tuple[TerminalState, SubDomain]] = frozenset(
+    {(TerminalState.hardware_failure, sd) for sd in SUB_DOMAINS[TerminalState.hardware_failure]}
+    | {
+        (TerminalState.infrastructure_failure, SubDomain.node_unreachable),
+        (TerminalState.infrastructure_failure, SubDomain.network_link),
+    }
+) - {(TerminalState.hardware_failure, SubDomain.ambiguous)}
+
+
+def node_level(terminal_state: str | None, sub_domain: str | None) -> bool:
+    """Whether a verdict of these words blames a host (an unknown word: no)."""
+    try:
+        return (TerminalState(terminal_state), SubDomain(sub_domain)) in NODE_LEVEL
+    except ValueError:
+        return False
+
+
 class Action(Vocabulary):
     """What recovery should do. Actions that isolate (drain, reset, reboot) apply to exactly the
     diagnosis' affected_nodes; with no node named, the action is `investigate`, never a drain."""

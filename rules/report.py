@@ -20,7 +20,7 @@ from workload_attribution.contracts.models import (
 )
 from workload_attribution.contracts.vocabulary import ISOLATING_ACTIONS, Action, Role
 from workload_attribution.rules.engine import RunResult
-from workload_attribution.rules.settle import would_settle
+from workload_attribution.rules.settle import unnamed_host_note, would_settle
 from workload_attribution.staging.database import rows
 
 # Evidence records kept per symptom group (the count says how many lines there were).
@@ -84,8 +84,18 @@ def build(
         evidence=evidence.records(),
     )
     diag.explanation = explain(diag)
-    diag.would_settle = would_settle(con, diag)  # undecided verdicts only
+    diag.would_settle = would_settle(con, diag)  # undecided verdicts, and node-level ones naming no host
+    unnamed = unnamed_host_note(diag, _host_unnamed(by_id.get(verdict.get("root_event_id"))))
+    if unnamed:
+        diag.notes.append(unnamed)
     return diag
+
+
+def _host_unnamed(root: dict[str, Any] | None) -> str | None:
+    """Why the root event names no host, as rules/python/hosts.py found (attrs.host_unnamed)."""
+    attrs = (root or {}).get("attrs")
+    attrs = json.loads(attrs) if isinstance(attrs, str) else attrs
+    return attrs.get("host_unnamed") if isinstance(attrs, dict) else None
 
 
 def _the_verdict(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:

@@ -8,6 +8,10 @@ whether it is kept per host). A source is missing for a host when its coverage s
 collected (unavailable, error, timeout) or delivered nothing for that host (partial, or ok for
 others); `empty` (collected, nothing in it) and `skipped` (does not apply) are not missing.
 `attribution diagnose --retry-missing` collects the sources named here and diagnoses again.
+
+A node-level verdict (contracts.vocabulary.NODE_LEVEL) that names no host is undecided about the
+host: the sources that show its kind of failure and were not collected would name it, and the
+diagnosis notes why none is named (`unnamed_host_note`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 import duckdb
 
 from workload_attribution.contracts.models import Coverage, Diagnosis, MissingEvidence
-from workload_attribution.contracts.vocabulary import CoverageStatus, SubDomain
+from workload_attribution.contracts.vocabulary import CoverageStatus, SubDomain, node_level
 from workload_attribution.staging.database import rows
 
 UNDECIDED = (SubDomain.ambiguous, SubDomain.insufficient_evidence)
@@ -28,7 +32,10 @@ SHOWN_HOSTS = 3  # hosts named in the sentence; `hosts` lists them all (up to MA
 
 
 def would_settle(con: duckdb.DuckDBPyConnection, d: Diagnosis) -> list[MissingEvidence]:
-    """For an undecided diagnosis, each source whose missing records would decide it."""
+    """For an undecided diagnosis, each source whose missing records would decide it; for a
+    node-level verdict naming no host, each that would name it."""
+    if unnamed_host(d):
+        return _would_name(con, d)
     if d.sub_domain not in UNDECIDED:
         return []
     start, end = _window(con, d)
@@ -149,3 +156,58 @@ def _sentence(d: Diagnosis, source: str, hosts: list[str], start: Any, end: Any,
         )
     failure = f"the first failure seen ({d.root_cause.title})" if d.root_cause else "the failure"
     return f"{source} of {of}{when} would show whether {shows} came before {failure}"
+
+
+def unnamed_host(d: Diagnosis) -> bool:
+    """A verdict whose blame is a host, with no host named."""
+    return node_level(d.terminal_state, d.sub_domain) and not d.affected_nodes
+
+
+def _would_name(con: duckdb.DuckDBPyConnection, d: Diagnosis) -> list[MissingEvidence]:
+    """Each source not collected that shows the verdict's kind of failure, of the allocation's hosts."""
+    start, end = _window(con, d)
+    kind = f"{d.terminal_state}/{d.sub_domain}"
+    coverage = {c.source: c for c in d.coverage}
+    out = []
+    for src in rows(con, "SELECT * FROM evidence_sources"):
+        missing = _missing_hosts(coverage.get(src["source"]), list(d.attempt.nodes), bool(src["per_host"]))
+        if missing is None or kind not in (src["reveals"] or "").split():
+            continue
+        out.append(
+            MissingEvidence(
+                source=src["source"],
+                hosts=missing[:MAX_HOSTS],
+                start=start,
+                end=end,
+                separates=[f"{kind} on {h}" for h in d.attempt.nodes[:MAX_HOSTS]],
+                reason=_naming_sentence(src["source"], missing, start, end),
+            )
+        )
+    return out
+
+
+def _naming_sentence(source: str, hosts: list[str], start: Any, end: Any) -> str:
+    if not hosts:
+        return f"the job's {source} would name the host"
+    more = len(hosts) - SHOWN_HOSTS
+    of = ", ".join(hosts[:SHOWN_HOSTS]) + (f" and {more} more host(s)" if more > 0 else "")
+    when = f" between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC" if start and end else ""
+    return f"{source} of {of}{when} would name the host"
+
+
+def unnamed_host_note(d: Diagnosis, why: str | None) -> str | None:
+    """Why a node-level verdict names no host, and what would settle it ("node_unreachable: the
+    evidence names no host of the 8 allocated; the scheduler's record gives no node; would settle:
+    syslog (n1, n2, n3 and 5 more), scheduler_log"); would_settle says each in a sentence."""
+    if not unnamed_host(d):
+        return None
+    why = why or f"the evidence names no host of the {len(d.attempt.nodes)} allocated"
+    settles = ", ".join(_source_of(m) for m in d.would_settle) or "nothing left uncollected would name it"
+    return f"{d.sub_domain}: {why}; would settle: {settles}"
+
+
+def _source_of(m: MissingEvidence) -> str:
+    if not m.hosts:
+        return m.source
+    more = len(m.hosts) - SHOWN_HOSTS
+    return f"{m.source} ({', '.join(m.hosts[:SHOWN_HOSTS])}{f' and {more} more' if more > 0 else ''})"
