@@ -5,7 +5,7 @@ that the line says, in its context, at a level that ended something.
 1. The lines and records holding any concept's words are staged once (`concept_lines`): a log
    line as written (a Docker json-file line as its decoded `log`), a record by its text.
 2. Each concept's words, context (`where_`: on the line, or on a kept line of its file at most
-   NEAR lines away, where an exception's message goes on) and exclusions (`unless_`, on the line)
+   AROUND lines away, where an exception's message goes on) and exclusions (`unless_`, on the line)
    are written into one query, so DuckDB compiles each pattern once.
 3. What comes before the words decides whether the line says it happened: a lower level
    (`WARNING`, `INFO`, glog `W1120`) or a hedge ("may run out of memory", "retrying after") does
@@ -32,17 +32,29 @@ LOWER_LEVEL = (
     r"(?i:\b(?:warn(?:ing)?|info|debug|notice|trace|verbose)\b|level=(?:warn|info|debug))"
     r"|(?:^|[\s\[])[WIDV]\d{4} \d|\[[WIDV]\]|<[4-7]>"
 )
-# a hedge before the words: advice, a possibility, a retry, a recovery, a negation
+# a hedge before the words: advice, a possibility, a retry, a recovery ...
 HEDGE = (
-    r"(?i:\b(?:may|might|could|would|should|can|consider|avoid(?:ing)?|prevent(?:ing)?|reduc(?:e|ing)|"
-    r"retry(?:ing)?|retries|will|if|whether|unless|hint|tip|e\.g|example|see|documentation|docs|"
-    r"recovered|resolved|cleared|no|not|without|never|indicates?|possibl[ey]|probabl[ey]|likely|suggests?)\b)"
+    r"(?i:\b(?:consider|retry(?:ing)?|retries|if|whether|unless|hint|tip|e\.g|example|see|documentation|docs|"
+    r"recovered|resolved|cleared|indicates?|possibl[ey]|probabl[ey]|likely|suggests?)\b)"
 )
+# ... and right before them, a modal or a negation: "may run out of memory", "no OOM", "not
+# preempted" (further back, "Could not synchronize CUDA stream: CUDA_ERROR_ILLEGAL_ADDRESS" is a
+# failure that goes on to say which)
+NEAR_HEDGE = (
+    r"(?i:\b(?:may|might|could|would|should|can|will|avoid(?:ing)?|prevent(?:ing)?|reduc(?:e|ing)|"
+    r"no|not|without|never)\b)"
+)
+NEAR = 24  # characters before the words a modal or a negation reaches
 
 
-def _not_said(c: _Concept) -> str:
-    """What, before the words, says the line does not report the failure: a hedge, a lower level."""
-    return HEDGE if c.any_level else f"{LOWER_LEVEL}|{HEDGE}"
+def _not_said(c: _Concept, lead: str) -> str:
+    """SQL: what comes before the words says the line does not report the failure: a hedge, a lower
+    level (unless the concept is read at any level), a modal or a negation right before them."""
+    anywhere = HEDGE if c.any_level else f"{LOWER_LEVEL}|{HEDGE}"
+    return (
+        f"(regexp_matches({lead}, {_sql_text(anywhere)}) "
+        f"OR regexp_matches(right({lead}, {NEAR}), {_sql_text(NEAR_HEDGE)}))"
+    )
 
 
 class _Concept(NamedTuple):
@@ -67,7 +79,7 @@ _AS_WRITTEN = (
     "CASE WHEN starts_with(text, '{\"log\":') AND json_valid(text) "
     "THEN rtrim(coalesce(json_extract_string(text, '$.log'), ''), chr(10) || chr(13)) ELSE text END"
 )
-NEAR = 3  # a line's context: the kept lines of its file this many lines either side
+AROUND = 3  # a line's context: the kept lines of its file this many lines either side
 
 
 def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> None:
@@ -100,7 +112,7 @@ def _said(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> list[tupl
         cond = [
             f"source IN ({', '.join(map(_sql_text, c.sources))})",
             f"regexp_matches(text, {says})",
-            f"(source = 'records' OR NOT regexp_matches({lead}, {_sql_text(_not_said(c))}))",
+            f"(source = 'records' OR NOT {_not_said(c, lead)})",
         ]
         if c.where_:
             # said on the line, or on a kept line of the block around it (an exception's message
@@ -108,8 +120,8 @@ def _said(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> list[tupl
             where = _sql_text(c.where_)
             cond.append(
                 f"(regexp_matches(text, {where}) OR (path IS NOT NULL AND EXISTS ("
-                f"SELECT 1 FROM log_lines n WHERE n.path = l.path AND n.lineno BETWEEN l.lineno - {NEAR} "
-                f"AND l.lineno + {NEAR} AND n.obs_id <> l.obs_id AND regexp_matches(n.text, {where}))))"
+                f"SELECT 1 FROM log_lines n WHERE n.path = l.path AND n.lineno BETWEEN l.lineno - {AROUND} "
+                f"AND l.lineno + {AROUND} AND n.obs_id <> l.obs_id AND regexp_matches(n.text, {where}))))"
             )
         if c.unless_:
             cond.append(f"NOT regexp_matches(text, {_sql_text(c.unless_)})")
