@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
@@ -50,15 +50,17 @@ def cluster_config() -> type[ClusterConfig]:
     from workload_attribution.actions.config import ActionsConfig
     from workload_attribution.connectors import clusters
 
-    class ClusterConfig(clusters.ClusterConfig):
-        """A cluster as the configuration holds it: how to scope its attempts and where its evidence
-        lives (connectors/clusters.py), and what to do with its diagnoses once stored (actions/config.py;
-        no block: nothing beyond the warehouse)."""
-
-        actions: ActionsConfig | None = None
-
-    ClusterConfig.__qualname__ = "ClusterConfig"  # pickled by name: this module's __getattr__ gives it
-    return ClusterConfig
+    base: Any = clusters.ClusterConfig  # statically the same class (TYPE_CHECKING below)
+    model: Any = create_model(
+        "ClusterConfig",  # pickled by name: this module's __getattr__ gives it
+        __base__=base,
+        __module__=__name__,
+        __doc__="A cluster as the configuration holds it: how to scope its attempts and where its evidence "
+        "lives (connectors/clusters.py), and what to do with its diagnoses once stored (actions/config.py; "
+        "no block: nothing beyond the warehouse).",
+        actions=(ActionsConfig | None, None),
+    )
+    return cast("type[ClusterConfig]", model)
 
 
 def __getattr__(name: str) -> Any:
@@ -206,9 +208,8 @@ class Config(BaseSettings):
 def typed_config() -> type[Config]:
     """Config with the cluster model in the annotation of `clusters` (built on first use): what
     reading ATTRIBUTION_CLUSTERS__... variables and naming the keys allowed beside a typo walk."""
-    model: type[Config] = create_model(
-        "Config", __base__=Config, clusters=(dict[str, cluster_config()], Field(default_factory=dict))
-    )
+    typed: Any = dict[str, cluster_config()]  # type: ignore[misc]
+    model: type[Config] = create_model("Config", __base__=Config, clusters=(typed, Field(default_factory=dict)))
     return model
 
 

@@ -96,9 +96,7 @@ def test_a_configured_cluster_is_checked_as_before(tmp_path: Path, monkeypatch: 
     assert len(problems) == 3
 
 
-def test_clusters_from_the_environment_are_read_by_their_model(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_clusters_from_the_environment_are_read_by_their_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ATTRIBUTION_CLUSTERS__<name>__<key>: a block is JSON, a value text, as the cluster model says."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ATTRIBUTION_CONFIG", raising=False)

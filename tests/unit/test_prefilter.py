@@ -31,7 +31,7 @@ LITERALS = (
     "[rank",
     "a|b",
     "ü-Fehler",  # UTF-8 beyond ASCII
-    "\uFFFD",  # a replaced byte
+    "\ufffd",  # a replaced byte
     "end\r",  # a carriage return ends the line before the trim
     "two\nlines",  # no line holds a line break: never kept
     "",
@@ -47,7 +47,7 @@ TEXT = "\n".join(
         "but a.c does, and Xid twice: Xid XidXid",
         "kernel: [rank 3] (pid=12) a|b",
         "ü-Fehler im Modul",
-        "bad byte \uFFFD here",
+        "bad byte \ufffd here",
         "line with end\r",
         "two",
         "lines",
