@@ -114,3 +114,33 @@ def test_clusters_from_the_environment_are_read_by_their_model(tmp_path: Path, m
     with pytest.raises(ConfigError) as err:
         load_config()
     assert err.value.problems[0].startswith("clusters.eos.schedulr: unknown key (allowed here: actions, ")
+
+
+def test_the_shipped_pack_is_kept_pickled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new process unpickles the shipped pack a previous one kept: the same pack as loaded from its
+    files; a cache entry that cannot be read is loaded again and rewritten; another pack's bytes are
+    another key."""
+    from workload_attribution.rules import pack as packs
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    loaded = packs.load_pack(packs.RULES_DIR)
+    entry = packs._cache_file(packs.RULES_DIR)
+    assert entry is not None and entry.is_relative_to(tmp_path)
+    packs.default_pack.cache_clear()
+    assert packs.default_pack() == loaded and entry.is_file()  # loaded, then kept
+    packs.default_pack.cache_clear()
+    kept = packs.default_pack()
+    assert kept == loaded and kept.version == loaded.version  # from the cache
+    entry.write_bytes(b"not a pickle")
+    packs.default_pack.cache_clear()
+    assert packs.default_pack() == loaded and entry.read_bytes() != b"not a pickle"
+    packs.default_pack.cache_clear()
+
+    import shutil
+
+    copy = tmp_path / "pack"
+    shutil.copytree(packs.RULES_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    first = packs._cache_file(copy)
+    rule = next((copy / "final").glob("*.yaml"))
+    rule.write_text(rule.read_text() + "\n")
+    assert first is not None and packs._cache_file(copy) not in (first, entry)
