@@ -494,10 +494,10 @@ def validate_pack(rules_dir: str | Path | None = None) -> tuple[Pack | None, lis
 @lru_cache(maxsize=4)
 def default_pack() -> Pack:
     """The shipped pack. Loading it (its YAML read, the catalogs' patterns checked) costs a new
-    process ~60 ms; unpickling it a third of that. So it is kept, pickled, in the user's cache
+    process ~90 ms; unpickling it a tenth of that. So it is kept, pickled, in the user's cache
     directory under a key covering every byte it is read from and the code that reads it (a pack
-    or code changed is a new key; the entry it replaces is removed). No cache directory to read or
-    write: loaded as always."""
+    or code changed is a new key; the entry it replaces, of the same copy of the pack, is removed).
+    No cache directory to read or write: loaded as always."""
     cached = _cache_file(RULES_DIR)
     if cached is not None and cached.is_file():
         try:
@@ -530,7 +530,8 @@ def _cache_file(rules_dir: Path) -> Path | None:
             digest.update(f.read_bytes())
     except OSError:  # a file the loader will name when it fails to read it
         return None
-    return Path(base) / "workload-attribution" / "packs" / f"shipped-{digest.hexdigest()[:24]}.pickle"
+    place = hashlib.sha256(str(rules_dir).encode()).hexdigest()[:8]  # one entry per installed copy
+    return Path(base) / "workload-attribution" / "packs" / f"shipped-{place}-{digest.hexdigest()[:24]}.pickle"
 
 
 def _keep(path: Path, pack: Pack) -> None:
@@ -540,7 +541,7 @@ def _keep(path: Path, pack: Pack) -> None:
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         tmp.write_bytes(pickle.dumps(pack, protocol=pickle.HIGHEST_PROTOCOL))
         os.replace(tmp, path)
-        for old in path.parent.glob("shipped-*.pickle"):
+        for old in path.parent.glob(path.name.rpartition("-")[0] + "-*.pickle"):
             if old != path:
                 old.unlink(missing_ok=True)
     except OSError:  # a read-only home: nothing kept, the next process loads the pack again
