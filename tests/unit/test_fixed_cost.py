@@ -82,7 +82,7 @@ service: {port: 0}
 def test_a_configured_cluster_is_checked_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cluster model is built when a cluster is configured: its problems keep their dotted
     locations, the keys allowed beside a typo, and their place among the others."""
-    monkeypatch.delenv("ATTRIBUTION_CONFIG", raising=False)
+    monkeypatch.setenv("ATTRIBUTION_CONFIG", "")  # load_config sets it: restored after
     path = tmp_path / "attribution.yaml"
     path.write_text(CLUSTER_TYPOS)
     with pytest.raises(ConfigError) as err:
@@ -99,7 +99,7 @@ def test_a_configured_cluster_is_checked_as_before(tmp_path: Path, monkeypatch: 
 def test_clusters_from_the_environment_are_read_by_their_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ATTRIBUTION_CLUSTERS__<name>__<key>: a block is JSON, a value text, as the cluster model says."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ATTRIBUTION_CONFIG", raising=False)
+    monkeypatch.setenv("ATTRIBUTION_CONFIG", "")  # load_config sets it: restored after
     monkeypatch.setenv("ATTRIBUTION_CLUSTERS__EOS__SCHEDULER", "slurm")
     monkeypatch.setenv("ATTRIBUTION_CLUSTERS__EOS__SLURM", '{"rest_url": "http://slurmrestd:6820"}')
     monkeypatch.setenv("ATTRIBUTION_CLUSTERS__EOS__TIMEZONE", "Europe/Paris")
