@@ -35,6 +35,7 @@ from workload_attribution.staging.files import (
     plain_text,
     read_pieces,
 )
+from workload_attribution.staging.prefilter import LineMatcher, engine, matcher
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"
 # A file whose stamped lines all lie further than this before the attempt's start or after its end
@@ -118,11 +119,15 @@ def scan_files(
     """Scan the files into raw_lines/source_files (with each file's first and last lines: whether
     it lies outside the attempt's window is told once every line's time is parsed, `apply_spans`)."""
     stats = ScanStats()
+    # Hyperscan finds the lines holding a literal and only those go to DuckDB, each as a piece of
+    # one line the query keeps whole; without it DuckDB splits every piece and tests every line
+    # (staging/prefilter.py). Either way the same statement numbers, trims and cuts what is kept.
+    lines = matcher(tuple(sorted(set(prefilter)))) if engine() == "hyperscan" else None
     query = render(
         "scan_text.sql",
         SQL_DIR,
         pieces="(SELECT unnest($ids) AS file_id, unnest($firsts) AS first, unnest($texts) AS content)",
-        prefilter=contains_any("x", prefilter),
+        prefilter="true" if lines is not None else contains_any("x", prefilter),
         max_line=MAX_LINE,
     )
     # the files' ids drawn in one statement (one per file cost a statement each: 2,000 files, 0.2 s)
@@ -144,14 +149,14 @@ def scan_files(
                         batch.append((state, piece))
                         size += len(piece.text)
                         if size >= PIECE_BYTES:
-                            _scan(con, query, batch)
+                            _scan(con, query, batch, lines)
                             batch, size = [], 0
         except OSError as exc:  # unreadable, vanished, swapped for a FIFO: this file, not the source
             state.error = f"{f.ref}: {exc.strerror or exc}"
         state.long += read.cut_lines
         state.cut_bytes += read.cut_bytes
     if batch:
-        _scan(con, query, batch)
+        _scan(con, query, batch, lines)
     _record(con, done, source, connector, stats)
     for s in done:
         if s.error:
@@ -212,17 +217,25 @@ def _may_hold_long(text: str) -> bool:
     return any(text.find("\n", i, i + half) < 0 for i in range(0, len(text) - half + 1, half))
 
 
-def _scan(con: duckdb.DuckDBPyConnection, query: str, batch: list[tuple[_File, Piece]]) -> None:
-    """One statement splits and pre-filters a batch of pieces into raw_lines; the pieces that may
-    have lines with bad bytes or too long are counted by a second one."""
-    con.execute(
-        query,
-        {
-            "ids": [s.file_id for s, _ in batch],
-            "firsts": [p.first for _, p in batch],
-            "texts": [p.text for _, p in batch],
-        },
-    )
+def _scan(
+    con: duckdb.DuckDBPyConnection, query: str, batch: list[tuple[_File, Piece]], lines: LineMatcher | None
+) -> None:
+    """One statement splits and pre-filters a batch of pieces into raw_lines (with `lines`, the
+    lines Hyperscan found, each its own piece); the pieces that may have lines with bad bytes or
+    too long are counted by a second one."""
+    if lines is None:
+        pieces = [(s.file_id, p.first, p.text) for s, p in batch]
+    else:
+        pieces = [(s.file_id, p.first + i, line) for s, p in batch for i, line in lines.lines(p.text)]
+    if pieces:
+        con.execute(
+            query,
+            {
+                "ids": [file_id for file_id, _, _ in pieces],
+                "firsts": [first for _, first, _ in pieces],
+                "texts": [text for _, _, text in pieces],
+            },
+        )
     odd = [(s, p, _may_hold_long(p.text)) for s, p in batch]
     odd = [(s, p, long) for s, p, long in odd if long or p.lenient]
     if not odd:

@@ -13,15 +13,20 @@ The file is ./attribution.yaml, or the path in ATTRIBUTION_CONFIG / --config.
 from __future__ import annotations
 
 import os
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
 
-from workload_attribution.actions.config import ActionsConfig
-from workload_attribution.connectors import clusters
 from workload_attribution.contracts.errors import BadInput
 from workload_attribution.rules.engine import Settings as RuleSettings
 from workload_attribution.tasks.memory import MemoryPolicy
@@ -36,12 +41,50 @@ def default_warehouse() -> str:
 __all__ = ["BackfillConfig", "ClusterConfig", "Config", "ConfigError", "RuleSettings", "ServiceConfig", "load_config"]
 
 
-class ClusterConfig(clusters.ClusterConfig):
-    """A cluster as the configuration holds it: how to scope its attempts and where its evidence
-    lives (connectors/clusters.py), and what to do with its diagnoses once stored (actions/config.py;
-    no block: nothing beyond the warehouse)."""
+@cache
+def cluster_config() -> type[ClusterConfig]:
+    """The model of a configured cluster, built on first use (`ClusterConfig`). Its shape is
+    whatever registered: every source connector, scheduler and action sink is imported and their
+    models joined (~0.1 s), which a process whose configuration names no cluster (a bundle
+    diagnosed from the command line) never needs."""
+    from workload_attribution.actions.config import ActionsConfig
+    from workload_attribution.connectors import clusters
 
-    actions: ActionsConfig | None = None
+    base: Any = clusters.ClusterConfig  # statically the same class (TYPE_CHECKING below)
+    model: Any = create_model(
+        "ClusterConfig",  # pickled by name: this module's __getattr__ gives it
+        __base__=base,
+        __module__=__name__,
+        __doc__="A cluster as the configuration holds it: how to scope its attempts and where its evidence "
+        "lives (connectors/clusters.py), and what to do with its diagnoses once stored (actions/config.py; "
+        "no block: nothing beyond the warehouse).",
+        actions=(ActionsConfig | None, None),
+    )
+    return cast("type[ClusterConfig]", model)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ClusterConfig":
+        return cluster_config()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _cluster(value: Any) -> Any:
+    """One entry of `clusters`, validated by the cluster model (its errors keep their locations:
+    clusters.<name>.<key>)."""
+    return cluster_config().model_validate(value)
+
+
+if TYPE_CHECKING:
+    from workload_attribution.actions.config import ActionsConfig
+    from workload_attribution.connectors import clusters
+
+    class ClusterConfig(clusters.ClusterConfig):
+        actions: ActionsConfig | None = None
+
+    AnyCluster = ClusterConfig
+else:  # validated by the model built on first use: a configuration without clusters never builds it
+    AnyCluster = Annotated[Any, BeforeValidator(_cluster)]
 
 
 class ServiceConfig(BaseModel):
@@ -126,7 +169,7 @@ class Config(BaseSettings):
     )
     rules_dir: str | None = None
     rules: RuleSettings = Field(default_factory=RuleSettings)
-    clusters: dict[str, ClusterConfig] = Field(default_factory=dict)
+    clusters: dict[str, AnyCluster] = Field(default_factory=dict)
     service: ServiceConfig = Field(default_factory=ServiceConfig)
     backfill: BackfillConfig = Field(default_factory=BackfillConfig)
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
@@ -151,10 +194,23 @@ class Config(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         path = os.environ.get("ATTRIBUTION_CONFIG") or "attribution.yaml"
+        if any(name.upper().startswith("ATTRIBUTION_CLUSTERS") for name in os.environ):
+            # ATTRIBUTION_CLUSTERS__<name>__... are parsed by what the cluster model says each key
+            # holds (JSON for a block, text for a value): read them as the typed model declares them
+            env_settings = EnvSettingsSource(typed_config())
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if Path(path).is_file():
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
         return tuple(sources)
+
+
+@cache
+def typed_config() -> type[Config]:
+    """Config with the cluster model in the annotation of `clusters` (built on first use): what
+    reading ATTRIBUTION_CLUSTERS__... variables and naming the keys allowed beside a typo walk."""
+    typed: Any = dict[str, cluster_config()]  # type: ignore[misc]
+    model: type[Config] = create_model("Config", __base__=Config, clusters=(typed, Field(default_factory=dict)))
+    return model
 
 
 class ConfigError(BadInput):
@@ -170,7 +226,7 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     """The keys the model at `loc` (a pydantic error location) accepts: to name them beside a typo."""
     import typing
 
-    model: Any = Config
+    model: Any = typed_config()
     steps = list(loc[:-1])
     while steps and isinstance(model, type) and issubclass(model, BaseModel):
         name = steps.pop(0)

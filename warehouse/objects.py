@@ -15,18 +15,18 @@ import hmac
 import os
 import time
 import uuid
-import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote, urlparse
-
-import httpx
 
 from workload_attribution.contracts.errors import BadInput
 from workload_attribution.warehouse.object_store import is_object_store
+
+if TYPE_CHECKING:  # imported where an S3 store is used: httpx costs a diagnosis without one ~0.1 s to import
+    import httpx
 
 
 class ArchiveStoreError(BadInput):
@@ -146,6 +146,8 @@ class S3Objects:
     SeaweedFS, Ceph), virtual-hosted ones on AWS. Transport errors and 5xx are retried."""
 
     def __init__(self, bucket: str, prefix: str, creds: S3Credentials, timeout_s: float = 30.0):
+        import httpx
+
         self.bucket, self.prefix, self.creds = bucket, prefix.strip("/"), creds
         self.client = httpx.Client(timeout=timeout_s)
 
@@ -169,6 +171,8 @@ class S3Objects:
         return f"https://{self.bucket}.s3.{self.creds.region}.amazonaws.com{path}", path
 
     def _send(self, method: str, key: str, query: dict[str, str] | None = None, body: bytes = b"") -> httpx.Response:
+        import httpx
+
         url, path = self._url(key)
         qs = canonical_query(query or {})
         for wait in (*TRIES, None):
@@ -212,6 +216,8 @@ class S3Objects:
             r = self._send("GET", "", query)
             if r.status_code != 200:
                 raise OSError(f"{self}: LIST {prefix}: HTTP {r.status_code} {r.text[:200]}")
+            import xml.etree.ElementTree as ET
+
             root = ET.fromstring(r.content)
             for c in root.findall(f"{S3_NS}Contents"):
                 key = c.findtext(f"{S3_NS}Key") or ""

@@ -193,6 +193,11 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("--retry-missing runs in this process (--inline) and needs the warehouse it reads")
     if not use_prefect:
         _stage_ahead()
+    from workload_attribution.staging.prefilter import engine
+
+    prefilter = engine()  # ATTRIBUTION_PREFILTER refused here, in one line, not in each source's scan
+    if args.debug:
+        common.say(f"pre-filter: {prefilter}")
     cfg = common.load_config(args, warehouse=args.warehouse, rules_dir=args.rules_dir)
     todo = targets(args)
     if args.out:

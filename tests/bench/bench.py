@@ -17,13 +17,18 @@ page cache:
            the rules look for: the floor), its counts written to a file (on /dev/null GNU grep stops
            at each file's first match, and would not scan the files)
   grep -E  the same literals as one `grep -E` alternation      (a slower floor, for comparison)
+  hyperscan the same literals as one Hyperscan database, one core, each file read then scanned
+           (the floor of the pre-filter itself: compiled before the clock starts; without the
+           hyperscan wheel, not measured)
   inline   `attribution diagnose --inline --no-warehouse`     (wall and peak RSS of the process)
   phases   the same steps timed one by one in a fresh process (scope, collect, store, rules, report)
 
 and prints, per scale, the lines that pass the pre-filter (hits), lines/s, the ratio
 inline/grep -F, the cost per hit beyond the scan, the marginal cost (inline at this scale
-minus inline on a tiny attempt) over grep -F and over grep -E, peak RSS and the load average
-before the scale's runs (this is a shared machine); every row goes to the CSV too.
+minus inline on a tiny attempt) over the Hyperscan floor, grep -F and grep -E, peak RSS, the
+pre-filter engine the diagnosis ran (staging/prefilter.py: ATTRIBUTION_PREFILTER=duckdb measures
+the fallback) and the load average before the scale's runs (this is a shared machine); every row
+goes to the CSV too.
 """
 
 from __future__ import annotations
@@ -165,6 +170,36 @@ def grep_to_file(kind: str, patterns_file: Path, files: list[str], counts: Path,
         return run_timed(["grep", kind, "-c", "-f", str(patterns_file), *files], env, out)
 
 
+def hyperscan_floor(literals_file: str, files: list[str]) -> dict[str, float]:
+    """Seconds to read each file and scan it with one Hyperscan database of the literals (compiled
+    first, off the clock), on one core, and the matches found; run in a fresh process by the bench."""
+    import hyperscan
+
+    lits = sorted({line.encode() for line in Path(literals_file).read_text().split("\n") if line})
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    db.compile(expressions=lits, ids=list(range(len(lits))), elements=len(lits), flags=[0] * len(lits), literal=True)
+    matches = 0
+
+    def found(*_: object) -> None:
+        nonlocal matches
+        matches += 1
+
+    started = time.perf_counter()
+    for f in files:
+        db.scan(Path(f).read_bytes(), match_event_handler=found)
+    return {"seconds": time.perf_counter() - started, "matches": matches}
+
+
+def floor_of(literals_file: Path, files: list[str], env: dict) -> float | None:
+    """The Hyperscan floor of a scale, best of three fresh processes; None without the wheel."""
+    try:
+        import hyperscan  # noqa: F401
+    except ImportError:
+        return None
+    cmd = [sys.executable, "-m", "tests.bench.bench", "--hyperscan-floor", str(literals_file), *files]
+    return min(json.loads(run_timed(cmd, env, None)[2])["seconds"] for _ in range(3))
+
+
 def best(n: int, fn):
     runs = [fn() for _ in range(n)]
     return min(runs, key=lambda r: r[0]), runs
@@ -204,18 +239,21 @@ def _n(x: int) -> str:
 def markdown(rows: list[dict]) -> str:
     """The rows as a markdown table (docs/benchmarks.md, "The scan")."""
     out = [
-        "| hosts | lines | hits (share) | MiB | grep -F | --inline | marginal | marginal / grep -F | per added hit "
-        "| peak RSS | collect / store / rules | load |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| hosts | lines | hits (share) | MiB | Hyperscan floor | grep -F | --inline | marginal "
+        "| **marginal / floor** | marginal / grep -F | per added hit | peak RSS | collect / store / rules "
+        "| pre-filter | load |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |",
     ]
     for r in rows:
         hit = f"{r['us_per_added_hit']:.1f} us" if r["us_per_added_hit"] is not None else ""
         phases = " / ".join(f"{r[f'phase_{k}_s']:.2f}" for k in ("collect", "store", "rules_and_report"))
+        floor = f"{r['hs_floor_s']:.2f} s" if r["hs_floor_s"] is not None else "-"
+        vs_floor = f"**{r['marginal_vs_floor']:.1f}x**" if r["marginal_vs_floor"] is not None else "-"
         out.append(
             f"| {r['hosts']} | {_n(r['lines'])} | {_n(r['hits'])} ({r['hits'] / r['lines']:.2%}) | {r['mib']:.0f} "
-            f"| {r['grep_f_s']:.2f} s | {r['inline_s']:.2f} s | {r['marginal_s']:.2f} s "
-            f"| **{r['marginal_vs_grep_f']:.2f}x**{'' if r['correct'] else ' (WRONG diagnosis)'} | {hit} "
-            f"| {r['inline_rss_mib']} MiB | {phases} s | {r['load_avg_1m']:.1f} |"
+            f"| {floor} | {r['grep_f_s']:.2f} s | {r['inline_s']:.2f} s | {r['marginal_s']:.2f} s "
+            f"| {vs_floor}{'' if r['correct'] else ' (WRONG diagnosis)'} | {r['marginal_vs_grep_f']:.2f}x | {hit} "
+            f"| {r['inline_rss_mib']} MiB | {phases} s | {r['prefilter']} | {r['load_avg_1m']:.1f} |"
         )
     return "\n".join(out)
 
@@ -233,10 +271,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (default: a temporary directory)")
     ap.add_argument("--repeat", type=int, default=2, help="runs per measurement (best is reported)")
     ap.add_argument("--phases-of", metavar="BUNDLE", help=argparse.SUPPRESS)
+    ap.add_argument("--hyperscan-floor", nargs="+", metavar="FILE", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.phases_of:
         print(json.dumps(phases(a.phases_of)))
         return 0
+    if a.hyperscan_floor:
+        print(json.dumps(hyperscan_floor(a.hyperscan_floor[0], a.hyperscan_floor[1:])))
+        return 0
+    from workload_attribution.staging.prefilter import engine
+
+    prefilter = engine()
+    print(f"pre-filter engine of the diagnoses: {prefilter}")
     base = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="attribution-bench-"))
     base.mkdir(parents=True, exist_ok=True)
     lit = base / "literals.txt"
@@ -274,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         (grep_s, grep_rss, _), _ = best(a.repeat, lambda files=files: grep_to_file("-F", lit, files, counts_file, env))
         hits = sum(int(line.rpartition(":")[2]) for line in counts_file.read_text().split())
         (grepe_s, _, _), _ = best(a.repeat, lambda files=files: grep_to_file("-E", pat, files, counts_file, env))
+        floor_s = floor_of(lit, files, env)
         (inl_s, inl_rss, out), _ = best(a.repeat, lambda d=d: run_timed(diagnose(d), env, None))
         doc = json.loads(out)
         ok = (doc["terminal_state"], doc["sub_domain"], doc["affected_nodes"]) == (
@@ -302,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
             "cat_s": round(cat_s, 3),
             "grep_f_s": round(grep_s, 3),
             "grep_e_s": round(grepe_s, 3),
+            "hs_floor_s": round(floor_s, 3) if floor_s is not None else None,
             "inline_s": round(inl_s, 3),
             "tiny_s": round(tiny_wall, 3),
             "marginal_s": round(marginal, 3),
@@ -309,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
             "inline_vs_grep_f": round(inl_s / grep_s, 2),
             "marginal_vs_grep_f": round(marginal / grep_s, 2),
             "marginal_vs_grep_e": round(marginal / grepe_s, 2),
+            "marginal_vs_floor": round(marginal / floor_s, 2) if floor_s else None,
+            "prefilter": prefilter,
             "lines_per_s": int(info["lines"] / inl_s),
             "inline_rss_mib": inl_rss,
             "grep_rss_mib": grep_rss,
@@ -322,13 +372,17 @@ def main(argv: list[str] | None = None) -> int:
             f"\n== {hosts} hosts, {info['lines']:,} lines, {row['mib']} MiB, {hits:,} pass the pre-filter "
             f"({hits / info['lines']:.2%}) =="
         )
+        shown_floor = f"{floor_s:.3f} s" if floor_s is not None else "not measured (no hyperscan wheel)"
+        vs_floor = f"{marginal / floor_s:.1f}x the Hyperscan floor, " if floor_s else ""
+        print(f"  Hyperscan floor {shown_floor}   pre-filter of the diagnosis: {prefilter}")
         print(
             f"  cat {cat_s:.2f} s   grep -F {grep_s:.2f} s ({grep_rss} MiB)   grep -E {grepe_s:.2f} s   "
             f"--inline {inl_s:.2f} s ({inl_rss} MiB)   {row['lines_per_s']:,} lines/s   correct={ok}"
         )
         print(
             f"  inline/grep-F {row['inline_vs_grep_f']:.2f}x   marginal (minus tiny {tiny_wall:.2f} s): "
-            f"{marginal:.2f} s = {row['marginal_vs_grep_f']:.2f}x grep-F, {row['marginal_vs_grep_e']:.2f}x grep-E   "
+            f"{marginal:.2f} s = {vs_floor}{row['marginal_vs_grep_f']:.2f}x grep-F, "
+            f"{row['marginal_vs_grep_e']:.2f}x grep-E   "
             f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
         )
         print("  phases: " + "  ".join(f"{k} {v:.2f}s" for k, v in ph.items()))

@@ -13,7 +13,10 @@ load is the load's as much as ours):
 
 New processes run twice: as this environment runs them (PYTHONDONTWRITEBYTECODE=1 compiles every
 module of the project at each start), and with a bytecode cache (a private PYTHONPYCACHEPREFIX,
-warmed first), as an installed wheel runs. Targets (issue 19): under 1 s fresh, under 0.5 s warm.
+warmed first), as an installed wheel runs. Each new process is measured twice: its wall time, and
+the CPU time it and its threads used (user + system, from wait4): on a shared machine a process
+waits for a core as long as the load says, and the CPU time is what it asked of one, the closer
+of the two to a quiet machine's wall time. Targets (issue 43): 0.5 s fresh, 0.15 s warm.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "tests" / "examples" / "xid149-worked"
 REGRESSION = ROOT / "tests" / "regression"
-FRESH_TARGET_S, WARM_TARGET_S = 1.0, 0.5
+FRESH_TARGET_S, WARM_TARGET_S = 0.5, 0.15
 IMPORTS = "workload_attribution.cli, workload_attribution.cli.diagnose, workload_attribution.flows.inline"
 
 
@@ -38,13 +41,26 @@ def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+CPU: dict[int, list[float]] = {}  # id of a wall() answer -> the CPU seconds of the same runs
+
+
 def wall(cmd: list[str], env: dict[str, str], n: int) -> list[float]:
-    out = []
+    """Wall seconds of n runs (their CPU seconds: cpu(answer))."""
+    out, cpu = [], []
     for _ in range(n):
         t = time.perf_counter()
-        subprocess.run(cmd, env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        p = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+        _, status, usage = os.wait4(p.pid, 0)
         out.append(time.perf_counter() - t)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise subprocess.CalledProcessError(os.waitstatus_to_exitcode(status), cmd)
+        cpu.append(usage.ru_utime + usage.ru_stime)
+    CPU[id(out)] = cpu
     return out
+
+
+def cpu(values: list[float]) -> list[float]:
+    return CPU[id(values)]
 
 
 def import_time(env: dict[str, str], n: int) -> list[float]:
@@ -93,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     attribution = Path(sys.executable).parent / "attribution"
     if not attribution.exists():
         raise SystemExit(f"{attribution} not found: install the project into this interpreter's venv first")
-    print(f"fixed cost of a tiny attempt, {os.cpu_count()} cores, {load()}")
+    from workload_attribution.staging.prefilter import engine
+
+    print(f"fixed cost of a tiny attempt, {os.cpu_count()} cores, pre-filter {engine()}, {load()}")
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "ATTRIBUTION_"))}
     diagnose = [str(attribution), "diagnose", str(a.example), "--inline", "--no-warehouse", "--json"]
     with tempfile.TemporaryDirectory(prefix="fixed-cost-") as tmp:
@@ -107,21 +125,26 @@ def main(argv: list[str] | None = None) -> int:
         for label, env in modes:
             print(f"  new process, {label}:")
             version = wall([str(attribution), "--version"], env, a.n)
-            print(f"    attribution --version                  {med(version)}")
+            print(f"    attribution --version                  {med(version)}; CPU {med(cpu(version))}")
             imports = import_time(env, a.n)
             print(f"    import (cli, diagnose, flows.inline)   {med(imports)}")
             fresh = wall(diagnose, env, a.n)
-            verdict = "met" if statistics.median(fresh) < FRESH_TARGET_S else "NOT met"
-            print(f"    diagnose {a.example.name} --inline   {med(fresh)}  target < {FRESH_TARGET_S:g} s: {verdict}")
+            verdict = "met" if statistics.median(fresh) <= FRESH_TARGET_S else "NOT met"
+            print(f"    diagnose {a.example.name} --inline   {med(fresh)}  target <= {FRESH_TARGET_S:g} s: {verdict}")
+            verdict = "met" if statistics.median(cpu(fresh)) <= FRESH_TARGET_S else "NOT met"
+            print(
+                f"      its CPU time (user + system)       {med(cpu(fresh))}  target <= {FRESH_TARGET_S:g} s: {verdict}"
+            )
             rows.append((f"`attribution --version`, new process, {label}", version, ""))
             rows.append((f"imports of `diagnose --inline`, new process, {label}", imports, ""))
             rows.append((f"`diagnose --inline` of the worked example, new process, {label}", fresh, FRESH_TARGET_S))
+            rows.append((f"the same, its CPU time (user + system), {label}", cpu(fresh), FRESH_TARGET_S))
     times, bundles = warm(a.rounds)
-    verdict = "met" if statistics.median(times) < WARM_TARGET_S else "NOT met"
+    verdict = "met" if statistics.median(times) <= WARM_TARGET_S else "NOT met"
     print(
         f"  warm process, {len(times)} attempts ({bundles} bundles of tests/regression x {a.rounds}): "
         f"median {statistics.median(times):.3f} s, p90 {pct(times, 0.9):.3f} s, min {min(times):.3f} s  "
-        f"target < {WARM_TARGET_S:g} s: {verdict}"
+        f"target <= {WARM_TARGET_S:g} s: {verdict}"
     )
     rows.append((f"a diagnosis in a warm process ({len(times)}: tests/regression x {a.rounds})", times, WARM_TARGET_S))
     print(f"  {load()}\n\n{markdown(rows)}")
@@ -133,7 +156,7 @@ def markdown(rows: list[tuple[str, list[float], float | str]]) -> str:
     out = ["| what | median | p90 | min | target |", "| --- | ---: | ---: | ---: | --- |"]
     for what, values, target in rows:
         median = statistics.median(values)
-        met = "" if target == "" else f"< {target:g} s: {'met' if median < float(target) else 'NOT met'}"
+        met = "" if target == "" else f"<= {target:g} s: {'met' if median <= float(target) else 'NOT met'}"
         out.append(f"| {what} | **{median:.2f} s** | {pct(values, 0.9):.2f} s | {min(values):.2f} s | {met} |")
     return "\n".join(out)
 

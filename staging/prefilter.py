@@ -1,0 +1,108 @@
+"""The rules' literal pre-filter over pieces of text: which lines hold one of the literals.
+
+Two engines give the same lines. Hyperscan (the `hyperscan` wheel; Vectorscan where the CPU is not
+x86) scans a piece's bytes for every literal at once, one database compiled per set of literals,
+and only the lines holding a match go to DuckDB. Where the wheel cannot be imported, or
+ATTRIBUTION_PREFILTER=duckdb asks for it, DuckDB splits each piece and tests every line with one
+RE2 alternation (staging/database.py contains_any): the fallback, slower per line (docs/benchmarks.md).
+
+A literal is matched byte for byte in the line's UTF-8 (so character for character), case
+sensitive, as RE2 matches the escaped alternation; one holding a line break can hold no line and
+is left out, as splitting leaves it out of every line.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from functools import lru_cache
+from typing import Any
+
+from workload_attribution.contracts.errors import BadInput
+
+ENV = "ATTRIBUTION_PREFILTER"
+ENGINES = ("hyperscan", "duckdb")
+
+
+def engine() -> str:
+    """The engine a scan uses now: ATTRIBUTION_PREFILTER when set (hyperscan, duckdb), else
+    Hyperscan when its wheel imports. An unknown name, or hyperscan asked for and missing, is an
+    error rather than a silent fallback."""
+    asked = os.environ.get(ENV, "").strip().lower()
+    if asked and asked not in ENGINES:
+        raise BadInput(f"{ENV}={asked!r}: one of {', '.join(ENGINES)}")
+    if asked == "duckdb":
+        return "duckdb"
+    if _hyperscan() is None:
+        if asked == "hyperscan":
+            raise BadInput(f"{ENV}=hyperscan: the hyperscan package cannot be imported here")
+        return "duckdb"
+    return "hyperscan"
+
+
+@lru_cache(maxsize=1)
+def _hyperscan() -> Any:
+    try:
+        import hyperscan
+    except ImportError:  # no wheel for this platform: DuckDB's RE2 does it
+        return None
+    return hyperscan
+
+
+class LineMatcher:
+    """The lines of a piece of text that hold one of the literals (Hyperscan), with their index in
+    the piece. One compiled database per set of literals (`matcher`), a scratch space per thread."""
+
+    def __init__(self, literals: tuple[str, ...]):
+        hs = _hyperscan()
+        patterns = sorted({lit.encode() for lit in literals if lit and "\n" not in lit})
+        self._db = None
+        if patterns:
+            self._db = hs.Database(mode=hs.HS_MODE_BLOCK)
+            self._db.compile(
+                expressions=patterns,
+                ids=list(range(len(patterns))),
+                elements=len(patterns),
+                flags=[0] * len(patterns),
+                literal=True,
+            )
+        self._local = threading.local()
+
+    def _scratch(self) -> Any:
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = _hyperscan().Scratch(self._db)
+        return scratch
+
+    def lines(self, text: str) -> list[tuple[int, str]]:
+        """(index of the line in the piece, from 0; the line as the piece holds it) for each line
+        of `text` (split at '\\n') holding a literal, in order."""
+        if self._db is None:
+            return []
+        data = text.encode("utf-8", "surrogatepass")
+        ends: list[int] = []
+        self._db.scan(
+            data, match_event_handler=lambda _id, _from, to, _flags, _ctx: ends.append(to), scratch=self._scratch()
+        )
+        if not ends:
+            return []
+        ends.sort()
+        out: list[tuple[int, str]] = []
+        index, counted, line_end = 0, 0, -1
+        for to in ends:
+            if to <= line_end:  # another literal of a line already taken
+                continue
+            start = data.rfind(b"\n", 0, to) + 1  # no literal holds a line break: the match is inside one line
+            line_end = data.find(b"\n", to)
+            if line_end < 0:
+                line_end = len(data)
+            index += data.count(b"\n", counted, start)
+            counted = start
+            out.append((index, data[start:line_end].decode("utf-8", "surrogatepass")))
+        return out
+
+
+@lru_cache(maxsize=16)
+def matcher(literals: tuple[str, ...]) -> LineMatcher:
+    """The matcher of a set of literals, compiled once per process (a pack's literals for a source)."""
+    return LineMatcher(literals)
