@@ -95,13 +95,15 @@ class Report:
         )
         lines = [head, "-" * len(head)]
 
-        def pct(os_: list[Outcome], hit: Callable[[Outcome], bool]) -> str:
-            return f"{100 * sum(map(hit, os_)) / len(os_):6.1f}%"
+        def pct(hits: list[bool]) -> str:
+            return f"{100 * sum(hits) / len(hits):6.1f}%"
 
         def row(name: str, os_: list[Outcome]) -> str:
-            fields = [pct(os_, lambda o, k=k: o.fields[k]) for k in ("terminal_state", "sub_domain", "affected_nodes")]
-            full = [pct(os_, lambda o: o.full is not None and o.full.exact)] if beside else []
-            return f"{name:48} {len(os_):5d} " + " ".join([pct(os_, lambda o: o.exact), *fields, *full])
+            cells = [pct([o.exact for o in os_])]
+            cells += [pct([o.fields[k] for o in os_]) for k in ("terminal_state", "sub_domain", "affected_nodes")]
+            if beside:
+                cells.append(pct([o.full is not None and o.full.exact for o in os_]))
+            return f"{name:48} {len(os_):5d} " + " ".join(cells)
 
         for group in sorted(by):
             lines.append(row(group, by[group]))
