@@ -89,7 +89,7 @@ class Report:
         for o in self.outcomes:
             by.setdefault(o.group, []).append(o)
         beside = any(o.full is not None for o in self.outcomes)
-        heading = "family (its catalog rows left out)" if beside else "class (terminal_state/sub_domain)"
+        heading = "catalog family (the first row read)" if beside else "class (terminal_state/sub_domain)"
         head = f"{heading:48} {'n':>5} {'exact':>7} {'state':>7} {'sub':>7} {'nodes':>7}" + (
             f" {'full':>7}" if beside else ""
         )

@@ -13,8 +13,9 @@ holds stay.
   reads the bundle. (The neighbours of a bundle's rows in their family were likely written from
   the same sources.)
 - `origin`: the rows whose `test_line_origin` or `reference` is an address the bundle cites: its
-  expected.json `source` and the addresses of its section in a SOURCES.md of DIR (`### <bundle>`,
-  outside the verbatim excerpts), compared without scheme, `www.`, fragment or trailing slash.
+  expected.json `source` and the addresses of its section in a SOURCES.md of DIR (the heading
+  naming it, to the next of its level; outside the verbatim excerpts), compared without scheme,
+  `www.`, fragment or trailing slash.
 
 A bundle is reported under its family: that of the first catalog row in its full-pack diagnosis's
 order (the root's if a row gave the root, else the first symptom's: cascades before context, by
@@ -41,7 +42,7 @@ MODES: tuple[Mode, ...] = ("family", "origin")
 NO_FAMILY = "none"  # no catalog row reads the bundle
 _ADDRESS = re.compile(r"https?://[^\s<>`\"')\]]+")
 _FENCE = re.compile(r"^(`{3,}|~{3,}).*?^\1\s*$", re.S | re.M)
-_SECTION = re.compile(r"^#{2,6}\s+(\S+)\s*$", re.M)
+_HEADING = re.compile(r"^(#{1,6})\s+(\S+)", re.M)
 
 
 def address(text: str) -> str:
@@ -57,15 +58,17 @@ def row_origins(row: CatalogRow) -> set[str]:
 
 
 def cited_sections(root: Path) -> dict[str, set[str]]:
-    """Per bundle name, the addresses its section of a SOURCES.md under root cites (what a
-    section quotes verbatim between fences is the log, not a source)."""
+    """Per heading's first word (a bundle's name), the addresses its section of a SOURCES.md
+    under root cites (what a section quotes verbatim between fences is the log, not a source)."""
     out: dict[str, set[str]] = {}
     for doc in sorted(Path(root).rglob("SOURCES.md")):
         prose = _FENCE.sub("", doc.read_text(encoding="utf-8"))
-        heads = list(_SECTION.finditer(prose))
-        for head, nxt in zip(heads, [*heads[1:], None], strict=True):
-            body = prose[head.end() : nxt.start() if nxt else len(prose)]
-            out.setdefault(head[1], set()).update(address(a) for a in _ADDRESS.findall(body))
+        heads = list(_HEADING.finditer(prose))
+        for i, head in enumerate(heads):
+            # a section (`### <bundle> (a remark)`) runs to the next heading of its level or above
+            end = next((h.start() for h in heads[i + 1 :] if len(h[1]) <= len(head[1])), len(prose))
+            body = prose[head.end() : end]
+            out.setdefault(head[2], set()).update(address(a) for a in _ADDRESS.findall(body))
     return out
 
 

@@ -43,7 +43,7 @@ def test_a_bundle_read_by_one_family_answers_otherwise_without_it(corpus: Path) 
     # nothing read the clean bundle: reported under `none`, its full-pack outcome stands
     assert (clean.family, clean.left_out, clean.got) == ("none", [], clean.full.got)
     table = report.table()
-    assert table.splitlines()[0].split()[:2] == ["family", "(its"] and "full" in table.splitlines()[0]
+    assert table.startswith("catalog family") and table.splitlines()[0].endswith("full")
     assert any(line.split()[:2] == ["jax", "1"] and line.split()[2] == "0.0%" for line in table.splitlines())
     assert "wrong with high confidence:" in table
 
@@ -66,10 +66,13 @@ def test_a_bundle_cites_its_sources_md_section_but_not_the_logs_it_quotes(tmp_pa
     (tmp_path / "SOURCES.md").write_text(
         "# Sources\n\n### case-a\n\nSource: https://github.com/o/r/issues/1 (a comment)\n"
         "Lines added from https://www.example.org/post/.\n\n```\nsee https://quoted.example/in/the/log\n```\n\n"
-        "### case-b\n\nSource: https://github.com/o/r/issues/2\n"
+        "### case-b\n\nSource: https://github.com/o/r/issues/2\n\n"
+        "## Sources for the next cases\n\nConventions from https://example.org/not/case-b.\n\n"
+        "### case-c (extra, benign)\n\n#### What it shows\n\nSource: https://github.com/o/r/issues/4\n"
     )
     sections = cited_sections(tmp_path)
     assert sections["case-a"] == {"github.com/o/r/issues/1", "example.org/post"}
+    assert sections["case-c"] == {"github.com/o/r/issues/4"}  # its name is the heading's first word
     origins = case_origins(tmp_path / "case-b", {"source": "https://github.com/o/r/pull/3#top"}, sections)
     assert origins == {"github.com/o/r/issues/2", "github.com/o/r/pull/3"}
 
