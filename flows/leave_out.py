@@ -38,7 +38,6 @@ from workload_attribution.rules.catalog import CatalogRow
 from workload_attribution.rules.pack import Pack
 
 Mode = Literal["family", "origin"]
-MODES: tuple[Mode, ...] = ("family", "origin")
 NO_FAMILY = "none"  # no catalog row reads the bundle
 _ADDRESS = re.compile(r"https?://[^\s<>`\"')\]]+")
 _FENCE = re.compile(r"^(`{3,}|~{3,}).*?^\1\s*$", re.S | re.M)
@@ -46,10 +45,12 @@ _HEADING = re.compile(r"^(#{1,6})\s+(\S+)", re.M)
 
 
 def address(text: str) -> str:
-    """An address as compared: no `log:`/`format:` tag, scheme, `www.`, fragment or trailing slash."""
+    """An address as compared: no `log:`/`format:` tag, scheme, `www.`, fragment or trailing slash,
+    in lower case (GitHub's owners and repositories are; a rare false match leaves out more, the
+    strict side)."""
     text = re.sub(r"^(?:log|format):", "", text.strip())
     text = re.sub(r"^https?://(?:www\.)?", "", text, flags=re.I).split("#")[0]
-    return text.rstrip("/.,;:").rstrip("/")
+    return text.rstrip("/.,;:").rstrip("/").lower()
 
 
 def row_origins(row: CatalogRow) -> set[str]:
