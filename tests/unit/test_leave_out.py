@@ -88,3 +88,17 @@ def test_a_variant_lacks_the_rows_and_is_built_once() -> None:
     assert len(pack.catalog) > len(variant.catalog)  # the full pack keeps its rows
     row = next(r for r in pack.catalog if r.id == JAX_ROW)
     assert set(row.literals) <= set(pack.prefilter("app")) - set(variant.prefilter("app"))
+
+
+def test_the_command_says_what_it_left_out_and_holds_min_exact(corpus: Path, capsys: pytest.CaptureFixture) -> None:
+    from workload_attribution.cli import main
+
+    assert main(["eval", str(corpus), "--leave-out", "family", "--json"]) == 4  # the jax bundle misses
+    records = {Path(r["bundle"]).name: r for r in json.loads(capsys.readouterr().out)}
+    assert (records[JAX_OOM]["family"], records[JAX_OOM]["left_out"]) == ("jax", ["jax"])
+    assert records[JAX_OOM]["full"]["exact"] and not records[JAX_OOM]["exact"]
+    assert records[CLEAN]["left_out"] == [] and records[CLEAN]["exact"]
+    assert {"wrong_with_high_confidence", "healthy_blamed"} <= set(records[JAX_OOM])
+    assert main(["eval", str(corpus), "--leave-out", "family", "--min-exact", "0.5"]) == 0
+    printed = capsys.readouterr().out
+    assert "catalog family (the first row read)" in printed and "left out families jax" in printed
