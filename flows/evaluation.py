@@ -181,21 +181,22 @@ def diagnose(bundle: Path, pack: Pack) -> Outcome:
         "affected_nodes": d.affected_nodes,
         "confidence": d.confidence,
         "root": d.root_cause.symptom if d.root_cause else None,
-        "catalog_families": catalog_families(d),
+        "catalog_families": catalog_families(d, pack),
         "failed_rules": [f["rule"] for f in d.rules.failed],
         "would_settle": [m.source for m in d.would_settle],
     }
     return Outcome(str(bundle), cls, exp, got)
 
 
-def catalog_families(d: Diagnosis) -> list[str]:
-    """The families of the catalog rows behind the diagnosis's events (attrs.catalog, attrs.family),
-    in the diagnosis's order: the root's first, then its symptoms' (cascades before context, each by
-    time)."""
+def catalog_families(d: Diagnosis, pack: Pack) -> list[str]:
+    """The families of the pack's catalog rows behind the diagnosis's events (attrs.catalog names
+    the row), in the diagnosis's order: the root's first, then its symptoms' (cascades before
+    context, each by time). Another rule's attrs.family is not a catalog row's."""
+    family_of = {r.id: r.family for r in pack.catalog}
     found: list[str] = []
     details = [d.root_cause.details] if d.root_cause else []
     for attrs in details + [s.details for s in d.symptoms]:
-        family = attrs.get("family") if isinstance(attrs, dict) and attrs.get("catalog") else None
-        if isinstance(family, str) and family not in found:
+        family = family_of.get(str(attrs.get("catalog"))) if isinstance(attrs, dict) else None
+        if family is not None and family not in found:
             found.append(family)
     return found
