@@ -195,7 +195,8 @@ class Sandbox:
             "COLUMNS": "100",
         }
 
-    def run(self, script: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    # docs/accuracy.md's eval --leave-out runs diagnose tests/real twice: minutes on a busy host
+    def run(self, script: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             ["bash", "-c", "set -eo pipefail\n" + script],
             cwd=self.cwd,
