@@ -303,6 +303,26 @@ def pod_observations(
                     },
                 )
             )
+        if (status.get("reason") or status.get("message")) and not any(o.kind == "pod_terminated" for o in obs):
+            # no container ended, yet the pod's status says why it did (the kubelet's "Terminated:
+            # Pod was terminated in response to imminent node shutdown" on a pod still Running)
+            obs.append(
+                Observation(
+                    source="kueue",
+                    connector=connector,
+                    kind="pod_status",
+                    node=node,
+                    time=None,  # a status tells no time of its own (startTime is the pod's start)
+                    text=f"pod {meta.get('name')} phase={status.get('phase')}{_pod_status_said(status)}",
+                    path=path,
+                    attrs={
+                        "pod": meta.get("name"),
+                        "phase": status.get("phase"),
+                        "pod_reason": status.get("reason"),
+                        "message": status.get("message"),
+                    },
+                )
+            )
         for c in status.get("conditions") or []:
             if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
                 obs.append(
