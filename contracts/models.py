@@ -150,22 +150,30 @@ class AttemptScope(Contract):
         return AttemptId(cluster=self.cluster, scheduler=self.scheduler, job_id=self.job_id, attempt=self.attempt)
 
 
+# coverage details naming lines normalisation quarantined (their times are never used)
+QUARANTINE_KEYS = ("lines_with_time_out_of_range", "lines_with_impossible_time")
+
+
 class CoverageDetails(BaseModel):
     """What a coverage record says beyond its counts. Each connector writes its own model (a
     subclass naming its keys: LogFileDetails, LokiDetails ...); read back from a diagnosis' JSON,
-    the keys are kept as they were written. `lines_with_time_out_of_range` is normalisation's, for
-    any source with lines stamped outside 1970..2200: written last, and only when there are some."""
+    the keys are kept as they were written. `lines_with_time_out_of_range` and
+    `lines_with_impossible_time` are normalisation's, for any source with lines it quarantined
+    (stamped outside 1970..2200; stamped with fields that make no time: 11:59:60 on a day with no
+    leap second, hour 25, a 15-digit fraction): written last, and only when there are some."""
 
     model_config = ConfigDict(extra="allow", validate_assignment=True)
 
     lines_with_time_out_of_range: int | None = None
+    lines_with_impossible_time: int | None = None
 
     @model_serializer(mode="wrap")
     def _normalisation_last(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
         out = handler(self)
-        late = out.pop("lines_with_time_out_of_range", None)
-        if late is not None:
-            out["lines_with_time_out_of_range"] = late
+        for key in QUARANTINE_KEYS:
+            late = out.pop(key, None)
+            if late is not None:
+                out[key] = late
         return out
 
 
@@ -218,7 +226,7 @@ class Evidence(Contract):
     path: str | None = None
     line: int | None = None
     series: str | None = None
-    time_quality: str | None = Field(default=None, description="own | inherited | none")
+    time_quality: str | None = Field(default=None, description="own | inherited | none | quarantined")
 
 
 class Symptom(Contract):

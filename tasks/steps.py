@@ -254,7 +254,7 @@ def failed_collect(scoped: ScopedAttempt, source: str, exc: BaseException) -> Co
 def normalize_collected(scoped: ScopedAttempt, results: list[Collected]) -> list[Coverage]:
     """Normalise what was collected (timestamps, ranks, continuation lines) and finish each source's
     coverage with what only normalising can tell: its files wholly outside the attempt's window,
-    its lines stamped outside 1970..2200."""
+    its lines quarantined (stamped outside 1970..2200, or with a time that cannot be)."""
     files = {ref: Path(p) for r in results for ref, p in r.files.items()}
     with connected(scoped.staging) as con:
         ref_time = scoped.scope.start + (scoped.scope.end - scoped.scope.start) / 2
@@ -262,8 +262,8 @@ def normalize_collected(scoped: ScopedAttempt, results: list[Collected]) -> list
     coverage = [r.coverage for r in results]
     for c in coverage:
         apply_spans(c, found.spans, scoped.scope)  # files wholly outside the attempt's window
-        if found.far.get(c.source):  # a stamp outside 1970..2200 costs its line (no time), counted
-            lose(c, found.far[c.source])
+        if found.far.get(c.source) or found.impossible.get(c.source):  # quarantined lines: no time, counted
+            lose(c, found.far.get(c.source, 0), found.impossible.get(c.source, 0))
     if scoped.kept:  # the archived records of what was not collected again, in their places
         again = {c.source: c for c in coverage}
         coverage = [again.pop(c.source, c) for c in scoped.kept] + list(again.values())

@@ -176,17 +176,23 @@ FAR_LINES = {
     "dmesg-uptime-huge": f"[99999999999999999.123456] {XID79}",
 }
 
-MALFORMED = {"hour-25-minute-61", "fraction-40-digits", "dmesg-uptime-huge"}
+IMPOSSIBLE = {"hour-25-minute-61", "fraction-40-digits"}  # a stamp whose fields make no time
+MALFORMED = {"dmesg-uptime-huge"}  # no stamp at all: the line takes its neighbours' time
 
 
-def far_lines(source: str, n: int) -> Callable[[dict], None]:
-    """Exactly n lines of the source had a stamp outside 1970..2200: counted, unparsed."""
+def far_lines(source: str, n: int, key: str = "lines_with_time_out_of_range") -> Callable[[dict], None]:
+    """Exactly n lines of the source were quarantined (a stamp outside 1970..2200, or one that makes
+    no time): counted, unparsed, kept with no time."""
 
     def check(d: dict) -> None:
         c = cov(d, source)
-        assert c["details"].get("lines_with_time_out_of_range") == n and c["unparsed"] >= n, c
+        assert c["details"].get(key) == n and c["unparsed"] >= n, c
 
     return check
+
+
+def impossible_lines(source: str, n: int) -> Callable[[dict], None]:
+    return far_lines(source, n, "lines_with_impossible_time")
 
 
 for _name, _line in FAR_LINES.items():
@@ -194,14 +200,54 @@ for _name, _line in FAR_LINES.items():
     def _build(b: Path, line: str = _line) -> None:
         append(syslog(b), line + "\n")
 
-    malformed = _name in MALFORMED  # no stamp at all (the line takes its neighbours' time), or a valid one
+    counted = impossible_lines("syslog", 1) if _name in IMPOSSIBLE else far_lines("syslog", 1)
     CASES.append(
         Case(
             name=f"time-{_name}",
             build=_build,
-            coverage={"syslog": ("ok", "partial") if malformed else "partial"},
-            check=not_blamed(OTHER) if malformed else all_of(not_blamed(OTHER), far_lines("syslog", 1)),
+            coverage={"syslog": ("ok", "partial") if _name in MALFORMED else "partial"},
+            check=not_blamed(OTHER) if _name in MALFORMED else all_of(not_blamed(OTHER), counted),
             tags=("time",),
+        )
+    )
+
+
+# A fault planted on a healthy host with a stamp that is no time, in the middle of its log (its
+# neighbours are an hour before the real root): quarantined, never the root, never a neighbour's time.
+PLANTED = {
+    "leap-second-on-a-day-without-one": ("2026-11-20T11:59:60Z", impossible_lines),
+    "fraction-of-15-digits": ("2026-11-20T13:30:00.123456789012345Z", impossible_lines),
+    "year-2500": ("2500-11-20T11:00:00Z", far_lines),
+    "year-1900": ("1900-11-20T11:00:00Z", far_lines),
+    "year-1969": ("1969-11-20T11:00:00Z", far_lines),
+}
+
+
+def quarantined(host: str, lineno: int) -> Callable[[dict], None]:
+    """The planted line is kept as evidence with no time, marked quarantined."""
+
+    def check(d: dict) -> None:
+        ref = f"logs/syslog/{host}.log:{lineno}"
+        kept = [e for e in d["evidence"] if e["ref"] == ref]
+        assert all(e["time"] is None and e["time_quality"] == "quarantined" for e in kept), kept
+
+    return check
+
+
+for _name, (_stamp, _count) in PLANTED.items():
+
+    def _plant(b: Path, stamp: str = _stamp) -> None:
+        lines = syslog(b).read_text().split("\n")
+        lines.insert(15, f"{stamp} {OTHER} kernel: {XID79}")  # after 11:03, before 11:10 UTC
+        syslog(b).write_text("\n".join(lines))
+
+    CASES.append(
+        Case(
+            name=f"time-planted-{_name}",
+            build=_plant,
+            coverage={"syslog": "partial"},
+            check=all_of(not_blamed(OTHER), _count("syslog", 1), quarantined(OTHER, 16)),
+            tags=("time", "lie"),
         )
     )
 
