@@ -40,6 +40,7 @@ from workload_attribution.rules.engine import Settings, prepare, run_phases
 from workload_attribution.rules.pack import Pack
 from workload_attribution.staging.attempt import create_staging
 from workload_attribution.staging.database import connected, release_staging
+from workload_attribution.staging.hosts import spell_as_allocated
 from workload_attribution.staging.normalize import normalize
 from workload_attribution.staging.observations import insert_observations
 from workload_attribution.tasks.archiving import keep_checkpoint
@@ -257,10 +258,13 @@ def normalize_collected(scoped: ScopedAttempt, results: list[Collected]) -> list
     its lines quarantined (stamped outside 1970..2200, or with a time that cannot be)."""
     files = {ref: Path(p) for r in results for ref, p in r.files.items()}
     with connected(scoped.staging) as con:
+        renamed = spell_as_allocated(con, scoped.scope.nodes)  # GB-R12-N01 is gb-r12-n01
         ref_time = scoped.scope.start + (scoped.scope.end - scoped.scope.start) / 2
         found = normalize(con, scoped.scope.timezone, ref_time.replace(tzinfo=None), files)
     coverage = [r.coverage for r in results]
     for c in coverage:
+        if renamed:
+            c.nodes = sorted({renamed.get(n, n) for n in c.nodes})
         apply_spans(c, found.spans, scoped.scope)  # files wholly outside the attempt's window
         if found.far.get(c.source) or found.impossible.get(c.source):  # quarantined lines: no time, counted
             lose(c, found.far.get(c.source, 0), found.impossible.get(c.source, 0))

@@ -263,6 +263,43 @@ def _(b: Path) -> None:
         append(syslog(b, h), f"9999-12-31T23:59:59-14:00 {h} kernel: {XID79}\n")
 
 
+# ---- host identity: one host, however its name is spelt; a host outside the allocation is context ----
+
+
+def rename(path: Path, name: str) -> None:
+    path.rename(path.parent / name)
+
+
+def named_in_the_allocations_spelling(d: dict) -> None:
+    """Every host the diagnosis names is spelt as the allocation spells it."""
+    allocated = set(d["attempt"]["nodes"])
+    named = set(d["affected_nodes"]) | {c["node"] for c in d["candidates"] if c["node"]}
+    for c in d["coverage"]:
+        named |= set(c["nodes"])
+    assert named <= allocated, named - allocated
+
+
+@case("identity-root-files-upper-case", coverage={"syslog": "ok", "app": "ok"}, check=named_in_the_allocations_spelling)
+def _(b: Path) -> None:
+    rename(syslog(b, HOST), HOST.upper() + ".log")
+    rename(app(b, HOST), HOST.upper() + ".log")
+
+
+@case("identity-root-file-fqdn-trailing-dot", coverage={"syslog": "ok"}, check=named_in_the_allocations_spelling)
+def _(b: Path) -> None:
+    rename(syslog(b, HOST), f"{HOST}.eos.internal..log")
+
+
+@case("identity-metric-labels-upper-case", coverage={"metrics": "ok"}, check=named_in_the_allocations_spelling)
+def _(b: Path) -> None:
+    prom(b).write_text(prom(b).read_text().replace('Hostname="gb-r12', 'Hostname="GB-R12'))
+
+
+@case("identity-log-of-a-host-outside-the-allocation", check=all_of(not_blamed("gb-r12-n99")))
+def _(b: Path) -> None:
+    syslog(b, "gb-r12-n99").write_text(f"2026-11-20T11:00:00Z gb-r12-n99 kernel: {XID79}\n")
+
+
 # ---- metrics: one bad sample costs one sample ----------------------------------------------------------
 
 XID_SERIES = 'DCGM_FI_DEV_XID_ERRORS{{gpu="0",UUID="GPU-0",Hostname="{host}"}}'

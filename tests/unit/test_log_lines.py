@@ -187,7 +187,12 @@ CASES = [
     ("Nov 20 11:00:00.1234567890 host kernel: a 10-digit fraction", IMPOSSIBLE, None, "host kernel"),
     ("[rank3]:[E1120 11:59:60.5 ProcessGroupNCCL.cpp:607] x", IMPOSSIBLE, 3, "[E1120"),
     ("2016-12-31T23:59:60.5Z host kernel: a real leap second", "2016-12-31T23:59:59.999999", None, "host kernel"),
-    ("1900-11-20T11:00:00Z host kernel: a time, out of range (normalising quarantines it)", "1900-11-20T11:00:00", None, "host"),
+    (
+        "1900-11-20T11:00:00Z host kernel: a time, out of range (normalising quarantines it)",
+        "1900-11-20T11:00:00",
+        None,
+        "host",
+    ),
     ("", None, None, ""),
 ]
 
