@@ -113,3 +113,13 @@ def lose(coverage: Coverage, lines: int, impossible: int = 0) -> None:
     coverage.unparsed += lines + impossible
     if coverage.status in (CoverageStatus.ok, CoverageStatus.empty):
         coverage.status = CoverageStatus.partial
+
+
+def distrust_values(coverage: Coverage, samples: int, series: list[str]) -> None:
+    """Samples of NaN or +/-Inf (a gauge no exporter should give): kept, never evidence (no rule
+    threshold holds for them), counted and their series named; a record that said `ok` is
+    `partial` now."""
+    coverage.details.non_finite_samples = samples
+    coverage.details.non_finite_series = series
+    if coverage.status in (CoverageStatus.ok, CoverageStatus.empty):
+        coverage.status = CoverageStatus.partial

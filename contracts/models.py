@@ -152,6 +152,9 @@ class AttemptScope(Contract):
 
 # coverage details naming lines normalisation quarantined (their times are never used)
 QUARANTINE_KEYS = ("lines_with_time_out_of_range", "lines_with_impossible_time")
+# coverage details naming evidence that lies (times that cannot be, values that are no number):
+# never what a high-confidence verdict rests on, and the guard isolates no node on such a diagnosis
+DOUBT_KEYS = (*QUARANTINE_KEYS, "non_finite_samples")
 
 
 class CoverageDetails(BaseModel):
@@ -160,17 +163,21 @@ class CoverageDetails(BaseModel):
     the keys are kept as they were written. `lines_with_time_out_of_range` and
     `lines_with_impossible_time` are normalisation's, for any source with lines it quarantined
     (stamped outside 1970..2200; stamped with fields that make no time: 11:59:60 on a day with no
-    leap second, hour 25, a 15-digit fraction): written last, and only when there are some."""
+    leap second, hour 25, a 15-digit fraction): written last, and only when there are some; so are
+    `non_finite_samples` and `non_finite_series` (samples of NaN or +/-Inf, never evidence: how
+    many, and the first of their series)."""
 
     model_config = ConfigDict(extra="allow", validate_assignment=True)
 
     lines_with_time_out_of_range: int | None = None
     lines_with_impossible_time: int | None = None
+    non_finite_samples: int | None = None
+    non_finite_series: list[str] | None = None
 
     @model_serializer(mode="wrap")
     def _normalisation_last(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
         out = handler(self)
-        for key in QUARANTINE_KEYS:
+        for key in (*QUARANTINE_KEYS, "non_finite_samples", "non_finite_series"):
             late = out.pop(key, None)
             if late is not None:
                 out[key] = late

@@ -19,7 +19,7 @@ from workload_attribution.connectors import registry
 from workload_attribution.connectors.bundle import SOURCES as BUNDLE_SOURCES
 from workload_attribution.connectors.bundle import BundleSource, load_scope, read_record_files
 from workload_attribution.connectors.clusters import Cluster
-from workload_attribution.connectors.coverage import Cover, lose
+from workload_attribution.connectors.coverage import Cover, distrust_values, lose
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig
 from workload_attribution.connectors.schedulers import StateTable, get_scheduler, scope_facts
 from workload_attribution.connectors.text import apply_spans
@@ -42,7 +42,7 @@ from workload_attribution.staging.attempt import create_staging
 from workload_attribution.staging.database import connected, release_staging
 from workload_attribution.staging.hosts import spell_as_allocated
 from workload_attribution.staging.normalize import normalize
-from workload_attribution.staging.observations import insert_observations
+from workload_attribution.staging.observations import insert_observations, non_finite
 from workload_attribution.tasks.archiving import keep_checkpoint
 from workload_attribution.tasks.keeping import Keeping, keep
 
@@ -259,6 +259,7 @@ def normalize_collected(scoped: ScopedAttempt, results: list[Collected]) -> list
     files = {ref: Path(p) for r in results for ref, p in r.files.items()}
     with connected(scoped.staging) as con:
         renamed = spell_as_allocated(con, scoped.scope.nodes)  # GB-R12-N01 is gb-r12-n01
+        bad_values = non_finite(con)
         ref_time = scoped.scope.start + (scoped.scope.end - scoped.scope.start) / 2
         found = normalize(con, scoped.scope.timezone, ref_time.replace(tzinfo=None), files)
     coverage = [r.coverage for r in results]
@@ -268,6 +269,8 @@ def normalize_collected(scoped: ScopedAttempt, results: list[Collected]) -> list
         apply_spans(c, found.spans, scoped.scope)  # files wholly outside the attempt's window
         if found.far.get(c.source) or found.impossible.get(c.source):  # quarantined lines: no time, counted
             lose(c, found.far.get(c.source, 0), found.impossible.get(c.source, 0))
+        if c.source in bad_values:  # NaN / +-Inf samples: never evidence, named
+            distrust_values(c, *bad_values[c.source])
     if scoped.kept:  # the archived records of what was not collected again, in their places
         again = {c.source: c for c in coverage}
         coverage = [again.pop(c.source, c) for c in scoped.kept] + list(again.values())

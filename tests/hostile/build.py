@@ -320,20 +320,73 @@ def _(b: Path) -> None:
     append(prom(b), XID_SERIES.format(host=OTHER) + " 0 99999999999999999999999\n")
 
 
-@case("prom-xid-gauge-plus-inf-every-host", coverage={"metrics": ("ok", "partial")})
+def non_finite_named(*series: str) -> Callable[[dict], None]:
+    """The samples of NaN or +/-Inf are counted and their series named in metrics' coverage."""
+
+    def check(d: dict) -> None:
+        c = cov(d, "metrics")
+        assert c["details"].get("non_finite_samples", 0) >= 1, c
+        for name in series:
+            assert any(name in x for x in c["details"]["non_finite_series"]), (name, c)
+
+    return check
+
+
+@case("prom-xid-gauge-plus-inf-every-host", coverage={"metrics": "partial"}, check=non_finite_named("XID_ERRORS"))
 def _(b: Path) -> None:
     for i in range(1, 7):  # each series goes from 0 to +Inf: a transition the rule looks at
         append(prom(b), XID_SERIES.format(host=f"gb-r12-n0{i}") + " 0 1795172340000\n")
         append(prom(b), XID_SERIES.format(host=f"gb-r12-n0{i}") + " +Inf 1795172400000\n")
 
 
-@case("prom-nan-and-minus-inf-values", coverage={"metrics": ("ok", "partial")})
+@case(
+    "prom-nan-and-minus-inf-values",
+    coverage={"metrics": "partial"},
+    check=all_of(non_finite_named("XID_ERRORS", "ECC_DBE", "infiniband"), not_blamed(OTHER)),
+)
 def _(b: Path) -> None:
     for i, v in enumerate(("0", "NaN", "0", "-Inf", "0", "1e400", "0", "-1e400")):
         t = 1795172400000 + i * 1000
         append(prom(b), XID_SERIES.format(host=OTHER) + f" {v} {t}\n")
         append(prom(b), f'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{gpu="0",Hostname="{OTHER}"}} {v} {t + 60000}\n')
         append(prom(b), f'node_infiniband_port_state_id{{device="mlx5_0",instance="{OTHER}:9100"}} {v} {t + 60000}\n')
+
+
+def metrics_only(b: Path) -> None:
+    """Only metrics and the scheduler's record: the logs gone, and the faulty host's series too."""
+    shutil.rmtree(b / "logs")
+    prom(b).write_text("".join(x for x in prom(b).read_text().splitlines(True) if f'"{HOST}"' not in x))
+
+
+@case(
+    "prom-metrics-only-root-on-non-finite-gauges",
+    verdict=("unknown", "insufficient_evidence"),
+    node=None,
+    coverage={"metrics": "partial"},
+    check=all_of(non_finite_named("XID_ERRORS", "ECC_DBE"), not_blamed(OTHER)),
+    tags=("lie",),
+)
+def _(b: Path) -> None:
+    metrics_only(b)
+    for i, v in enumerate(("0", "+Inf", "NaN", "1e400", "-Inf")):
+        t = 1795172340000 + i * 60000
+        append(prom(b), XID_SERIES.format(host=OTHER) + f" {v} {t}\n")
+        append(prom(b), f'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{gpu="0",Hostname="{OTHER}"}} {v} {t}\n')
+
+
+@case(
+    "prom-metrics-only-root-beside-a-sample-stamped-out-of-range",
+    node="gb-r12-n03",
+    verdict=("hardware_failure", "gpu"),
+    coverage={"metrics": "partial"},
+    check=assert_unparsed("metrics"),
+    tags=("lie",),
+)
+def _(b: Path) -> None:
+    """The bad sample is dropped and counted; the root's transition in the same series stays."""
+    metrics_only(b)
+    series = XID_SERIES.format(host="gb-r12-n03")
+    append(prom(b), f"{series} 0 1795176240000\n{series} 79 9999999999999999\n{series} 79 1795176300000\n")
 
 
 @case("prom-label-named-twice", coverage={"metrics": "partial"}, check=assert_unparsed("metrics"))
