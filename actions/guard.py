@@ -9,7 +9,7 @@ pass every check; the verdict's own, first:
 - the confidence is at least `min_confidence`;
 - no evidence that lies: no coverage record naming lines quarantined for their times (out of any
   plausible range, or no time at all), samples of NaN or +/-Inf, or a host whose clock is off
-  (`DOUBT_KEYS`): a diagnosis built beside such evidence is told, never acted on alone;
+  (`DOUBT_KEYS`, contracts/models.py): a diagnosis built beside such evidence is told, never acted on alone;
 
 then, node by node, in the order the diagnosis names them:
 

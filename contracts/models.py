@@ -154,7 +154,7 @@ class AttemptScope(Contract):
 QUARANTINE_KEYS = ("lines_with_time_out_of_range", "lines_with_impossible_time")
 # coverage details naming evidence that lies (times that cannot be, values that are no number):
 # never what a high-confidence verdict rests on, and the guard isolates no node on such a diagnosis
-DOUBT_KEYS = (*QUARANTINE_KEYS, "non_finite_samples")
+DOUBT_KEYS = (*QUARANTINE_KEYS, "non_finite_samples", "clock_skew")
 
 
 class CoverageDetails(BaseModel):
@@ -165,7 +165,8 @@ class CoverageDetails(BaseModel):
     (stamped outside 1970..2200; stamped with fields that make no time: 11:59:60 on a day with no
     leap second, hour 25, a 15-digit fraction): written last, and only when there are some; so are
     `non_finite_samples` and `non_finite_series` (samples of NaN or +/-Inf, never evidence: how
-    many, and the first of their series)."""
+    many, and the first of their series), and `clock_skew` (the hosts of a log source whose clock
+    is off by more than the skew tolerance, staging/clocks.py)."""
 
     model_config = ConfigDict(extra="allow", validate_assignment=True)
 
@@ -173,11 +174,12 @@ class CoverageDetails(BaseModel):
     lines_with_impossible_time: int | None = None
     non_finite_samples: int | None = None
     non_finite_series: list[str] | None = None
+    clock_skew: list[str] | None = None
 
     @model_serializer(mode="wrap")
     def _normalisation_last(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
         out = handler(self)
-        for key in (*QUARANTINE_KEYS, "non_finite_samples", "non_finite_series"):
+        for key in (*QUARANTINE_KEYS, "non_finite_samples", "non_finite_series", "clock_skew"):
             late = out.pop(key, None)
             if late is not None:
                 out[key] = late

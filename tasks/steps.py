@@ -34,11 +34,12 @@ from workload_attribution.contracts.models import (
     Diagnosis,
     Observation,
 )
-from workload_attribution.contracts.vocabulary import Source
+from workload_attribution.contracts.vocabulary import Confidence, Source
 from workload_attribution.rules import report
 from workload_attribution.rules.engine import Settings, prepare, run_phases
 from workload_attribution.rules.pack import Pack
 from workload_attribution.staging.attempt import create_staging
+from workload_attribution.staging.clocks import ClockOffset, check_clocks
 from workload_attribution.staging.database import connected, release_staging
 from workload_attribution.staging.hosts import spell_as_allocated
 from workload_attribution.staging.normalize import normalize
@@ -288,9 +289,39 @@ def attribute(
     settings = settings or Settings()
     with connected(scoped.staging) as con:
         prepare(con, pack, settings)
+        skewed = check_clocks(con, settings.skew_tolerance_s)  # a host's clock off: named, corrected when firm
+        if skewed:
+            _note_clocks(con, coverage, skewed)
         record_coverage(con, coverage)
         result = run_phases(con, pack, settings, prepared=True, checkpoint=keep_checkpoint)
-        return report.build(con, scoped.scope, coverage, result, pack.version, scoped.notes + (notes or []))
+        d = report.build(con, scoped.scope, coverage, result, pack.version, scoped.notes + (notes or []))
+    return _distrust_ordering(d, skewed) if skewed else d
+
+
+def _note_clocks(con: duckdb.DuckDBPyConnection, coverage: list[Coverage], skewed: list[ClockOffset]) -> None:
+    """Each source holding lines of a host whose clock is off names it (`clock_skew`), `partial`."""
+    said = {c.node: c.describe() for c in skewed}
+    for source, nodes in con.execute(
+        "SELECT source, list(DISTINCT node ORDER BY node) FROM log_lines "
+        "WHERE node IN (SELECT unnest($n)) GROUP BY source",
+        {"n": list(said)},
+    ).fetchall():
+        for c in coverage:
+            if c.source == source:
+                c.details.clock_skew = [said[n] for n in nodes]
+                if c.status in (CoverageStatus.ok, CoverageStatus.empty):
+                    c.status = CoverageStatus.partial
+
+
+def _distrust_ordering(d: Diagnosis, skewed: list[ClockOffset]) -> Diagnosis:
+    """Faults ordered across hosts on a clock found off are not ordered at high confidence."""
+    hosts = ", ".join(c.node for c in skewed)
+    d.notes.append(
+        f"clock of {hosts} off by more than the skew tolerance: cross-host ordering not trusted at high confidence"
+    )
+    if d.confidence == Confidence.high:
+        d.confidence = Confidence.medium
+    return d
 
 
 def record_coverage(con: duckdb.DuckDBPyConnection, coverage: list[Coverage]) -> None:

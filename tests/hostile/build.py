@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -298,6 +300,109 @@ def _(b: Path) -> None:
 @case("identity-log-of-a-host-outside-the-allocation", check=all_of(not_blamed("gb-r12-n99")))
 def _(b: Path) -> None:
     syslog(b, "gb-r12-n99").write_text(f"2026-11-20T11:00:00Z gb-r12-n99 kernel: {XID79}\n")
+
+
+# ---- clocks: a host's clock off is named, corrected when firm, and never ordered at high confidence ----
+
+STAMP_FORMS = [  # the worked example's stamp forms (zone-less, year-less ones take 2026)
+    (re.compile(r"^(\w{3} +\d+ \d\d:\d\d:\d\d\.\d{6})"), "%b %d %H:%M:%S.%f"),
+    (re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6})"), "%Y-%m-%dT%H:%M:%S.%f"),
+    (re.compile(r"(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\])"), "[%Y-%m-%d %H:%M:%S]"),
+    (re.compile(r"(\[E\d{4} \d\d:\d\d:\d\d\.\d{6})"), "[E%m%d %H:%M:%S.%f"),
+    (re.compile(r"^(E\d{4} \d\d:\d\d:\d\d\.\d{6})"), "E%m%d %H:%M:%S.%f"),
+    (re.compile(r"^(\[\w{3} \d\d \d{4} \d\d:\d\d:\d\d\])"), "[%b %d %Y %H:%M:%S]"),
+]
+
+
+def clock_ahead(b: Path, host: str, seconds: float) -> None:
+    """Every stamp of the host's logs moved by `seconds`: its clock is that far ahead."""
+
+    def moved(m: re.Match, fmt: str) -> str:
+        t = datetime.strptime(m.group(1), fmt)
+        t = t.replace(year=2026) if "%Y" not in fmt else t
+        return (t + timedelta(seconds=seconds)).strftime(fmt)
+
+    for p in (b / "logs").glob(f"*/{host}.log"):
+        lines = p.read_text().split("\n")
+        for i, line in enumerate(lines):
+            for rx, fmt in STAMP_FORMS:
+                line = rx.sub(lambda m, f=fmt: moved(m, f), line, count=1)
+            lines[i] = line
+        p.write_text("\n".join(lines))
+
+
+def clock_named(host: str) -> Callable[[dict], None]:
+    """The host's clock is named in the coverage of its logs, and the verdict is not high."""
+
+    def check(d: dict) -> None:
+        for source in ("app", "syslog"):
+            assert any(x.startswith(f"{host} ") for x in cov(d, source)["details"].get("clock_skew") or []), cov(
+                d, source
+            )
+        assert d["confidence"] != "high", d["confidence"]
+
+    return check
+
+
+@case(
+    "clock-root-host-90s-ahead",
+    coverage={"syslog": "partial", "app": "partial"},
+    check=clock_named(HOST),
+    tags=("lie",),
+)
+def _(b: Path) -> None:
+    clock_ahead(b, HOST, 90)
+
+
+@case(
+    "clock-healthy-host-10min-behind",
+    coverage={"syslog": "partial", "app": "partial"},
+    check=all_of(clock_named(OTHER), not_blamed(OTHER)),
+    tags=("lie",),
+)
+def _(b: Path) -> None:
+    clock_ahead(b, OTHER, -600)
+
+
+# ---- the same host twice, lines out of order, zones mixed, a record cut short ----------------------
+
+
+@case(
+    "lie-root-host-logged-twice-under-two-spellings",
+    coverage={"syslog": "ok"},
+    check=named_in_the_allocations_spelling,
+    tags=("lie",),
+)
+def _(b: Path) -> None:
+    shutil.copy(syslog(b, HOST), b / "logs" / "syslog" / f"{HOST.upper()}.log")
+
+
+@case("lie-healthy-host-lines-reordered", coverage={"syslog": "ok"}, check=not_blamed(OTHER), tags=("lie",))
+def _(b: Path) -> None:
+    lines = [x for x in syslog(b).read_text().split("\n") if x]
+    syslog(b).write_text("\n".join(reversed(lines)) + "\n")
+
+
+@case("lie-healthy-host-in-another-zone", coverage={"syslog": "ok"}, check=not_blamed(OTHER), tags=("lie",))
+def _(b: Path) -> None:
+    """The same instants written at +05:30: read as the same instants."""
+
+    def zoned(m: re.Match) -> str:
+        t = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f") + timedelta(hours=5, minutes=30)
+        return t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "+05:30"
+
+    text = re.sub(r"^(\S+)\+00:00", zoned, syslog(b).read_text(), flags=re.M)
+    syslog(b).write_text(text)
+
+
+@case(
+    "lie-healthy-host-last-record-cut-short",
+    coverage={"syslog": ("ok", "partial")},
+    check=not_blamed(OTHER),
+    tags=("lie",),
+)
+def _(b: Path) -> None:
+    append(syslog(b), "2026-11-20T11:00:00.0000")  # a record cut inside its stamp
 
 
 # ---- metrics: one bad sample costs one sample ----------------------------------------------------------
