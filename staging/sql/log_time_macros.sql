@@ -72,26 +72,15 @@ CREATE OR REPLACE MACRO lt_zoned(ts, z, tz) AS
          WHEN regexp_full_match(z, '[+-]\d{2}(?::?\d{2})?') THEN ts - to_minutes(lt_offset_min(z))
          ELSE lt_local_to_utc(ts, tz) END;
 
--- The days that ended with a leap second (23:59:60 UTC), from IERS Bulletin C; none since 2016.
-CREATE OR REPLACE MACRO lt_leap_days() AS [
-    DATE '1972-06-30', DATE '1972-12-31', DATE '1973-12-31', DATE '1974-12-31', DATE '1975-12-31',
-    DATE '1976-12-31', DATE '1977-12-31', DATE '1978-12-31', DATE '1979-12-31', DATE '1981-06-30',
-    DATE '1982-06-30', DATE '1983-06-30', DATE '1985-06-30', DATE '1987-12-31', DATE '1989-12-31',
-    DATE '1990-12-31', DATE '1992-06-30', DATE '1993-06-30', DATE '1994-06-30', DATE '1995-12-31',
-    DATE '1997-06-30', DATE '1998-12-31', DATE '2005-12-31', DATE '2008-12-31', DATE '2012-06-30',
-    DATE '2015-06-30', DATE '2016-12-31'];
-
 -- Build a timestamp from the fields a stamp wrote. Fields that make no time (Feb 30, hour 25, a
--- second of 60 on a day with no leap second, an over-long fraction) give '-infinity', never a
--- time near it (make_timestamp would read 11:59:60 as 12:00:00): outside any plausible range, so
--- the line is quarantined (staging/sql/normalize_lines.sql), and never takes its neighbours' time
--- either. A real leap second (23:59:60 as written, on a leap day) is read as 23:59:59.999999.
+-- second of 60, an over-long fraction) give '-infinity', never a time near it (make_timestamp
+-- would read 11:59:60 as 12:00:00): outside any plausible range, so the line is quarantined
+-- (staging/sql/normalize_lines.sql) and never takes its neighbours' time either. A second of 60 is
+-- quarantined whatever the day: no leap second has been inserted since 2016-12-31, and a line of
+-- one is better without a time than with the next second's. Each argument is read once: a macro's
+-- argument is an expression (a regex group read), evaluated again wherever it is referenced.
 CREATE OR REPLACE MACRO lt_make(y, mo, d, h, mi, sec) AS
-    CASE WHEN sec >= 60 AND sec < 61 AND h = 23 AND mi = 59
-              AND list_contains(lt_leap_days(), try(make_date(y, mo, d)))
-         THEN make_timestamp(y, mo, d, 23, 59, 59.999999)
-         WHEN sec < 60 THEN coalesce(try(make_timestamp(y, mo, d, h, mi, sec)), TIMESTAMP '-infinity')
-         ELSE TIMESTAMP '-infinity' END;
+    coalesce(try(make_timestamp(y, mo, d, h, mi, CASE WHEN sec < 60 THEN sec END)), TIMESTAMP '-infinity');
 
 -- Year-less: the year (ref-1, ref or ref+1) that puts the time nearest to the reference. Both are
 -- placed in one leap year (2000) to compare where in a year they fall: a time more than half a
