@@ -7,6 +7,9 @@ pass every check; the verdict's own, first:
 - never for the workload's own failure (application_failure: user_code, OOMs ...), nor for an
   ambiguous or insufficient_evidence verdict;
 - the confidence is at least `min_confidence`;
+- no evidence that lies: no coverage record naming lines quarantined for their times (out of any
+  plausible range, or no time at all), samples of NaN or +/-Inf, or a host whose clock is off
+  (`DOUBT_KEYS`, contracts/models.py): a diagnosis built beside such evidence is told, never acted on alone;
 
 then, node by node, in the order the diagnosis names them:
 
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from workload_attribution.actions.config import ActionsConfig
 from workload_attribution.actions.registry import Fleet
 from workload_attribution.contracts.actions import ActionHistory
-from workload_attribution.contracts.models import Diagnosis
+from workload_attribution.contracts.models import DOUBT_KEYS, Diagnosis
 from workload_attribution.contracts.vocabulary import ISOLATING_ACTIONS, Confidence, SubDomain, TerminalState
 
 CONFIDENCE_RANK = {Confidence.low: 0, Confidence.medium: 1, Confidence.high: 2}
@@ -62,7 +65,21 @@ def refusal(d: Diagnosis, cfg: ActionsConfig) -> str | None:
         return f"confidence {d.confidence.value} is below min_confidence {cfg.min_confidence.value}"
     if not d.affected_nodes:
         return f"{verdict}: no affected node named"
+    doubts = doubted(d)
+    if doubts:
+        return f"evidence that lies ({'; '.join(doubts)}): never isolates a node"
     return None
+
+
+def doubted(d: Diagnosis) -> list[str]:
+    """What of the diagnosis' coverage says its evidence lies: 'source key value' for each."""
+    found = []
+    for c in d.coverage:
+        for key in DOUBT_KEYS:
+            value = getattr(c.details, key, None)
+            if value:
+                found.append(f"{c.source} {key} {', '.join(value) if isinstance(value, list) else value}")
+    return found
 
 
 def decide(

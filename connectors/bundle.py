@@ -33,6 +33,7 @@ from workload_attribution.connectors.topology import (
     links_from_yaml,
 )
 from workload_attribution.contracts.errors import BadInput
+from workload_attribution.contracts.identity import allocated_spelling
 from workload_attribution.contracts.models import HOST_NAME, MAX_HOST, TEXT, AttemptScope, CoverageStatus, Details
 from workload_attribution.contracts.vocabulary import Source
 from workload_attribution.staging.database import connected, one, render, scalar
@@ -209,10 +210,14 @@ def _node_of(path: Path) -> str:
     return bare if bare != name else path.stem
 
 
-def _text_files(bundle: Path, rel_dir: str, per_node: bool) -> tuple[list[TextFile], list[str], list[str]]:
+def _text_files(
+    bundle: Path, rel_dir: str, per_node: bool, allocation: list[str] | None = None
+) -> tuple[list[TextFile], list[str], list[str]]:
     """(files to read, refused with the reason, entries not read): one level, never followed into
     sub-directories (so a directory loop cannot trap the scan); special files (FIFO, socket,
-    device) are named, never opened. Names are shown escaped and capped (printable_name)."""
+    device) are named, never opened. Names are shown escaped and capped (printable_name). A file
+    named for an allocated host spelt otherwise (GB-R12-N01.log, gb-r12-n01.eos.internal.log) is
+    that host's, in the allocation's spelling."""
     base = bundle / rel_dir
     files, refused, not_read = [], [], []
     for p in sorted(base.iterdir()):
@@ -226,7 +231,8 @@ def _text_files(bundle: Path, rel_dir: str, per_node: bool) -> tuple[list[TextFi
         if kind:
             not_read.append(f"{name}/: a directory, not read" if kind == "a directory" else f"{name}: {kind}, not read")
             continue
-        files.append(TextFile(path=p, ref=name, node=printable_name(_node_of(p)) if per_node else None))
+        node = (allocated_spelling(_node_of(p), allocation or []) or printable_name(_node_of(p))) if per_node else None
+        files.append(TextFile(path=p, ref=name, node=node))
     return files, refused, not_read
 
 
@@ -263,7 +269,7 @@ def collect_text(cover: Cover, bundle: Path, scope: AttemptScope, staging: str, 
     if refused_folder is not None:
         return refused_folder
     per_node = cover.source != Source.scheduler_log
-    files, refused, not_read = _text_files(bundle, rel_dir, per_node)
+    files, refused, not_read = _text_files(bundle, rel_dir, per_node, scope.nodes)
     with connected(staging) as con:
         stats = scan_files(con, files, cover.source, CONNECTOR, prefilter)
     missing = sorted(set(scope.nodes) - stats.nodes) if per_node else []

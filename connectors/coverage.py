@@ -102,11 +102,24 @@ class Cover:
         return Collected(coverage)
 
 
-def lose(coverage: Coverage, lines: int) -> None:
-    """Lines found unreadable after the record was made (normalisation: a stamp outside
-    1970..2200 costs its line its time): counted, and a record that said `ok` or `empty` is
+def lose(coverage: Coverage, lines: int, impossible: int = 0) -> None:
+    """Lines found unreadable after the record was made (normalisation quarantines a line stamped
+    outside 1970..2200, `lines`, or stamped with fields that make no time, `impossible`): counted,
+    and a record that said `ok` or `empty` is `partial` now."""
+    if lines:
+        coverage.details.lines_with_time_out_of_range = lines
+    if impossible:
+        coverage.details.lines_with_impossible_time = impossible
+    coverage.unparsed += lines + impossible
+    if coverage.status in (CoverageStatus.ok, CoverageStatus.empty):
+        coverage.status = CoverageStatus.partial
+
+
+def distrust_values(coverage: Coverage, samples: int, series: list[str]) -> None:
+    """Samples of NaN or +/-Inf (a gauge no exporter should give): kept, never evidence (no rule
+    threshold holds for them), counted and their series named; a record that said `ok` is
     `partial` now."""
-    coverage.details.lines_with_time_out_of_range = lines
-    coverage.unparsed += lines
+    coverage.details.non_finite_samples = samples
+    coverage.details.non_finite_series = series
     if coverage.status in (CoverageStatus.ok, CoverageStatus.empty):
         coverage.status = CoverageStatus.partial

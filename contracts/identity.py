@@ -168,3 +168,29 @@ class EndedAttempt:
     @property
     def key(self) -> str:
         return self.id.key
+
+
+def host_key(name: str) -> str:
+    """A host name as DNS compares it: case-insensitive, a trailing dot (the root) dropped."""
+    return name.strip().rstrip(".").lower()
+
+
+def allocated_spelling(name: str | None, allocation: list[str]) -> str | None:
+    """The allocation's own spelling of a host named `name` (a log file's, a label's, a line's):
+    equal as DNS compares names (GB-R12-N01, gb-r12-n01. and gb-r12-n01 are one host), or the short
+    name of one the other's fully qualified name (gb-r12-n01 and gb-r12-n01.eos.internal). None
+    when no allocated host is that one, or when two are (a short name of two domains decides
+    nothing): the name then stays as written, a host outside the allocation."""
+    if not name:
+        return None
+    key = host_key(name)
+    if not key:
+        return None
+    exact = [n for n in allocation if host_key(n) == key]
+    if exact:
+        return exact[0] if len(exact) == 1 else None
+    short = key.split(".", 1)[0]
+    matches = [
+        n for n in allocation if ("." not in key and host_key(n).split(".", 1)[0] == key) or host_key(n) == short
+    ]
+    return matches[0] if len(matches) == 1 else None

@@ -150,22 +150,39 @@ class AttemptScope(Contract):
         return AttemptId(cluster=self.cluster, scheduler=self.scheduler, job_id=self.job_id, attempt=self.attempt)
 
 
+# coverage details naming lines normalisation quarantined (their times are never used)
+QUARANTINE_KEYS = ("lines_with_time_out_of_range", "lines_with_impossible_time")
+# coverage details naming evidence that lies (times that cannot be, values that are no number):
+# never what a high-confidence verdict rests on, and the guard isolates no node on such a diagnosis
+DOUBT_KEYS = (*QUARANTINE_KEYS, "non_finite_samples", "clock_skew")
+
+
 class CoverageDetails(BaseModel):
     """What a coverage record says beyond its counts. Each connector writes its own model (a
     subclass naming its keys: LogFileDetails, LokiDetails ...); read back from a diagnosis' JSON,
-    the keys are kept as they were written. `lines_with_time_out_of_range` is normalisation's, for
-    any source with lines stamped outside 1970..2200: written last, and only when there are some."""
+    the keys are kept as they were written. `lines_with_time_out_of_range` and
+    `lines_with_impossible_time` are normalisation's, for any source with lines it quarantined
+    (stamped outside 1970..2200; stamped with fields that make no time: 11:59:60 on a day with no
+    leap second, hour 25, a 15-digit fraction): written last, and only when there are some; so are
+    `non_finite_samples` and `non_finite_series` (samples of NaN or +/-Inf, never evidence: how
+    many, and the first of their series), and `clock_skew` (the hosts of a log source whose clock
+    is off by more than the skew tolerance, staging/clocks.py)."""
 
     model_config = ConfigDict(extra="allow", validate_assignment=True)
 
     lines_with_time_out_of_range: int | None = None
+    lines_with_impossible_time: int | None = None
+    non_finite_samples: int | None = None
+    non_finite_series: list[str] | None = None
+    clock_skew: list[str] | None = None
 
     @model_serializer(mode="wrap")
     def _normalisation_last(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
         out = handler(self)
-        late = out.pop("lines_with_time_out_of_range", None)
-        if late is not None:
-            out["lines_with_time_out_of_range"] = late
+        for key in (*QUARANTINE_KEYS, "non_finite_samples", "non_finite_series", "clock_skew"):
+            late = out.pop(key, None)
+            if late is not None:
+                out[key] = late
         return out
 
 
@@ -218,7 +235,7 @@ class Evidence(Contract):
     path: str | None = None
     line: int | None = None
     series: str | None = None
-    time_quality: str | None = Field(default=None, description="own | inherited | none")
+    time_quality: str | None = Field(default=None, description="own | inherited | none | quarantined")
 
 
 class Symptom(Contract):

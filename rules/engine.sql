@@ -89,7 +89,8 @@ LIMIT 1;
 -- Root candidates that may explain this attempt: inside the failure window, never before the
 -- attempt started (earlier events are context of this attempt, not its root).
 -- Candidates whose time is unknown (a traceback with no timestamp of its rank) count only when no
--- timed candidate exists: they cannot be ordered against anything.
+-- timed candidate exists: they cannot be ordered against anything. A quarantined line (its stamp
+-- outside any plausible range, or no time at all: staging/sql/normalize_lines.sql) is never one.
 -- [time_lo, time_hi]: when the candidate can have happened (its observation's interval, when the
 -- event took its time from the observation; else its own time). A candidate known only by such an
 -- interval (a traceback's line between two stamps, time = the earlier one) that overlaps the time of
@@ -109,6 +110,7 @@ WITH timed AS (
     UNION ALL
     SELECT e.* FROM events e
     WHERE e.role_hint = 'root_candidate' AND e.time IS NULL AND NOT EXISTS (SELECT 1 FROM timed)
+      AND e.obs_id NOT IN (SELECT obs_id FROM log_lines WHERE time_quality = 'quarantined')
 ), spans AS (
     SELECT c.*,
            CASE WHEN c.time IS NOT DISTINCT FROM o.time THEN o.time_lo ELSE c.time END AS time_lo,

@@ -4,7 +4,7 @@ form, ranks); continuation lines inherit the time of the stamped lines around th
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -20,17 +20,21 @@ CONTEXT_LINES = 48
 @dataclass
 class Normalized:
     """What normalising found for coverage: per source, lines whose stamp is outside 1970..2200
-    (`far`), and each scanned file's first and last stamps (of its first and last lines; None
-    when they have none) as (source, path, node, first, last) rows: `spans`."""
+    (`far`) and lines whose stamp makes no time at all (`impossible`: 11:59:60 on a day with no
+    leap second, hour 25, a 15-digit fraction), both quarantined; and each scanned file's first and
+    last stamps (of its first and last lines; None when they have none) as (source, path, node,
+    first, last) rows: `spans`."""
 
     far: dict[str, int]
     spans: list[tuple[str, str, str | None, datetime | None, datetime | None]]
+    impossible: dict[str, int] = field(default_factory=dict)
 
 
 def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref: datetime, files_by_ref: dict[str, Path]) -> Normalized:
     """raw_lines -> log_lines, then continuation lines take their time and interval from the
     stamped lines around them in their file (read again, streamed, only around those lines).
-    A stamp outside 1970..2200 is no time (the line is like one without a stamp), counted."""
+    A stamp outside 1970..2200, or one that makes no time, quarantines its line: kept with no time
+    (time_quality 'quarantined'), counted, never given its neighbours' time."""
     con.execute(sql("parse_lines.sql"), {"tz": tz, "ref": ref})
     n = scalar(con, "SELECT count(*) FROM parsed_lines WHERE kind = 'raw'")
     # the lines' ids, taken from obs_seq as one block (nothing else draws from it meanwhile) and
@@ -52,13 +56,9 @@ def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref: datetime, files_by_r
             """
         ).fetchall()
     ]
+    far, impossible = _quarantined(con)
     con.execute("DROP TABLE IF EXISTS parsed_lines")
-    far = dict(
-        con.execute("SELECT source, count(*) FROM log_lines WHERE time_quality = 'far' GROUP BY source").fetchall()
-    )
-    if far:
-        con.execute("UPDATE log_lines SET time_quality = 'none' WHERE time_quality = 'far'")
-    done = Normalized(far, spans)
+    done = Normalized(far, spans, impossible)
     needing = [
         r[0]
         for r in con.execute(
@@ -75,6 +75,26 @@ def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref: datetime, files_by_r
                 _window(con, ref_path, plain.path)
     con.execute(render("inherit_time.sql", context=CONTEXT_LINES), {"tz": tz, "ref": ref})
     return done
+
+
+def _quarantined(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], dict[str, int]]:
+    """Per source, the quarantined lines: stamped outside 1970..2200, and stamped with fields that
+    make no time (the grammar's '-infinity')."""
+    far: dict[str, int] = {}
+    impossible: dict[str, int] = {}
+    for source, n_far, n_impossible in con.execute(
+        """
+        SELECT s.source, count(*) FILTER (WHERE NOT isinf(p.stamp)), count(*) FILTER (WHERE isinf(p.stamp))
+        FROM parsed_lines p JOIN source_files s USING (file_id)
+        WHERE p.kind = 'raw' AND NOT (p.stamp >= TIMESTAMP '1970-01-02' AND p.stamp < TIMESTAMP '2200-01-01')
+        GROUP BY ALL
+        """
+    ).fetchall():
+        if n_far:
+            far[source] = n_far
+        if n_impossible:
+            impossible[source] = n_impossible
+    return far, impossible
 
 
 def _window(con: duckdb.DuckDBPyConnection, ref_path: str, path: Path) -> None:

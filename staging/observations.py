@@ -78,3 +78,16 @@ def _insert_samples(con: duckdb.DuckDBPyConnection, samples: list[Observation]) 
         """,
         {"p": payload},
     )
+
+
+def non_finite(con: duckdb.DuckDBPyConnection, most: int = 10) -> dict[str, tuple[int, list[str]]]:
+    """Per source, the samples whose value is NaN or +/-Inf: how many, and the first `most` of
+    their series (shown capped)."""
+    rows = con.execute(
+        """
+        SELECT source, count(*), list(DISTINCT left(series, 160) ORDER BY left(series, 160))[1:$most]
+        FROM samples WHERE value IS NOT NULL AND NOT isfinite(value) GROUP BY source
+        """,
+        {"most": most},
+    ).fetchall()
+    return {source: (int(n), list(series)) for source, n, series in rows}

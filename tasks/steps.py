@@ -18,7 +18,7 @@ import duckdb
 from workload_attribution.connectors import registry
 from workload_attribution.connectors.bundle import SOURCES as BUNDLE_SOURCES
 from workload_attribution.connectors.bundle import BundleSource, load_scope, read_record_files
-from workload_attribution.connectors.coverage import Cover, lose
+from workload_attribution.connectors.coverage import Cover, distrust_values, lose
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig
 from workload_attribution.connectors.schedulers import StateTable, get_scheduler, scope_facts
 from workload_attribution.connectors.text import apply_spans
@@ -33,14 +33,16 @@ from workload_attribution.contracts.models import (
     Diagnosis,
     Observation,
 )
-from workload_attribution.contracts.vocabulary import Source
+from workload_attribution.contracts.vocabulary import Confidence, Source
 from workload_attribution.rules import report
 from workload_attribution.rules.engine import Settings, prepare, run_phases
 from workload_attribution.rules.pack import Pack
 from workload_attribution.staging.attempt import create_staging
+from workload_attribution.staging.clocks import ClockOffset, check_clocks
 from workload_attribution.staging.database import connected, release_staging
+from workload_attribution.staging.hosts import spell_as_allocated
 from workload_attribution.staging.normalize import normalize
-from workload_attribution.staging.observations import insert_observations
+from workload_attribution.staging.observations import insert_observations, non_finite
 from workload_attribution.tasks.archiving import keep_checkpoint
 from workload_attribution.tasks.keeping import Keeping, keep
 
@@ -267,16 +269,22 @@ def failed_collect(scoped: ScopedAttempt, source: str, exc: BaseException) -> Co
 def normalize_collected(scoped: ScopedAttempt, results: list[Collected]) -> list[Coverage]:
     """Normalise what was collected (timestamps, ranks, continuation lines) and finish each source's
     coverage with what only normalising can tell: its files wholly outside the attempt's window,
-    its lines stamped outside 1970..2200."""
+    its lines quarantined (stamped outside 1970..2200, or with a time that cannot be)."""
     files = {ref: Path(p) for r in results for ref, p in r.files.items()}
     with connected(scoped.staging) as con:
+        renamed = spell_as_allocated(con, scoped.scope.nodes)  # GB-R12-N01 is gb-r12-n01
+        bad_values = non_finite(con)
         ref_time = scoped.scope.start + (scoped.scope.end - scoped.scope.start) / 2
         found = normalize(con, scoped.scope.timezone, ref_time.replace(tzinfo=None), files)
     coverage = [r.coverage for r in results]
     for c in coverage:
+        if renamed:
+            c.nodes = sorted({renamed.get(n, n) for n in c.nodes})
         apply_spans(c, found.spans, scoped.scope)  # files wholly outside the attempt's window
-        if found.far.get(c.source):  # a stamp outside 1970..2200 costs its line (no time), counted
-            lose(c, found.far[c.source])
+        if found.far.get(c.source) or found.impossible.get(c.source):  # quarantined lines: no time, counted
+            lose(c, found.far.get(c.source, 0), found.impossible.get(c.source, 0))
+        if c.source in bad_values:  # NaN / +-Inf samples: never evidence, named
+            distrust_values(c, *bad_values[c.source])
     if scoped.kept:  # the archived records of what was not collected again, in their places
         again = {c.source: c for c in coverage}
         coverage = [again.pop(c.source, c) for c in scoped.kept] + list(again.values())
@@ -294,9 +302,39 @@ def attribute(
     settings = settings or Settings()
     with connected(scoped.staging) as con:
         prepare(con, pack, settings)
+        skewed = check_clocks(con, settings.skew_tolerance_s)  # a host's clock off: named, corrected when firm
+        if skewed:
+            _note_clocks(con, coverage, skewed)
         record_coverage(con, coverage)
         result = run_phases(con, pack, settings, prepared=True, checkpoint=keep_checkpoint)
-        return report.build(con, scoped.scope, coverage, result, pack.version, scoped.notes + (notes or []))
+        d = report.build(con, scoped.scope, coverage, result, pack.version, scoped.notes + (notes or []))
+    return _distrust_ordering(d, skewed) if skewed else d
+
+
+def _note_clocks(con: duckdb.DuckDBPyConnection, coverage: list[Coverage], skewed: list[ClockOffset]) -> None:
+    """Each source holding lines of a host whose clock is off names it (`clock_skew`), `partial`."""
+    said = {c.node: c.describe() for c in skewed}
+    for source, nodes in con.execute(
+        "SELECT source, list(DISTINCT node ORDER BY node) FROM log_lines "
+        "WHERE node IN (SELECT unnest($n)) GROUP BY source",
+        {"n": list(said)},
+    ).fetchall():
+        for c in coverage:
+            if c.source == source:
+                c.details.clock_skew = [said[n] for n in nodes]
+                if c.status in (CoverageStatus.ok, CoverageStatus.empty):
+                    c.status = CoverageStatus.partial
+
+
+def _distrust_ordering(d: Diagnosis, skewed: list[ClockOffset]) -> Diagnosis:
+    """Faults ordered across hosts on a clock found off are not ordered at high confidence."""
+    hosts = ", ".join(c.node for c in skewed)
+    d.notes.append(
+        f"clock of {hosts} off by more than the skew tolerance: cross-host ordering not trusted at high confidence"
+    )
+    if d.confidence == Confidence.high:
+        d.confidence = Confidence.medium
+    return d
 
 
 def record_coverage(con: duckdb.DuckDBPyConnection, coverage: list[Coverage]) -> None:

@@ -47,9 +47,11 @@ CREATE OR REPLACE MACRO lt_month(mon) AS
 
 CREATE OR REPLACE MACRO lt_int(x) AS TRY_CAST(x AS INTEGER);
 
--- seconds + fraction as DOUBLE, fraction given as the digits after the separator
+-- seconds + fraction as DOUBLE, fraction given as the digits after the separator. No clock writes
+-- more than nanoseconds: a longer fraction is no time (NULL), never rounded into one.
 CREATE OR REPLACE MACRO lt_secs(s, f) AS
-    TRY_CAST(s AS DOUBLE) + CASE WHEN f = '' THEN 0 ELSE TRY_CAST('0.' || f AS DOUBLE) END;
+    CASE WHEN length(coalesce(f, '')) > 9 THEN NULL
+         ELSE TRY_CAST(s AS DOUBLE) + CASE WHEN coalesce(f, '') = '' THEN 0 ELSE TRY_CAST('0.' || f AS DOUBLE) END END;
 
 -- A naive wall-clock time in zone `tz` -> naive UTC timestamp.
 CREATE OR REPLACE MACRO lt_local_to_utc(ts, tz) AS
@@ -70,8 +72,15 @@ CREATE OR REPLACE MACRO lt_zoned(ts, z, tz) AS
          WHEN regexp_full_match(z, '[+-]\d{2}(?::?\d{2})?') THEN ts - to_minutes(lt_offset_min(z))
          ELSE lt_local_to_utc(ts, tz) END;
 
--- Build a timestamp; NULL instead of an error for impossible dates (Feb 30, hour 25 ...).
-CREATE OR REPLACE MACRO lt_make(y, mo, d, h, mi, sec) AS try(make_timestamp(y, mo, d, h, mi, sec));
+-- Build a timestamp from the fields a stamp wrote. Fields that make no time (Feb 30, hour 25, a
+-- second of 60, an over-long fraction) give '-infinity', never a time near it (make_timestamp
+-- would read 11:59:60 as 12:00:00): outside any plausible range, so the line is quarantined
+-- (staging/sql/normalize_lines.sql) and never takes its neighbours' time either. A second of 60 is
+-- quarantined whatever the day: no leap second has been inserted since 2016-12-31, and a line of
+-- one is better without a time than with the next second's. Each argument is read once: a macro's
+-- argument is an expression (a regex group read), evaluated again wherever it is referenced.
+CREATE OR REPLACE MACRO lt_make(y, mo, d, h, mi, sec) AS
+    coalesce(try(make_timestamp(y, mo, d, h, mi, CASE WHEN sec < 60 THEN sec END)), TIMESTAMP '-infinity');
 
 -- Year-less: the year (ref-1, ref or ref+1) that puts the time nearest to the reference. Both are
 -- placed in one leap year (2000) to compare where in a year they fall: a time more than half a
@@ -93,7 +102,7 @@ CREATE OR REPLACE MACRO lt_yearless(mo, d, h, mi, sec, ref_year, ref2000) AS
 -- logging, dmesg --time-format=iso), an optional zone, and the ':' TensorFlow's and absl's C++
 -- logging put after it ("2026-11-20 10:00:01.123456: E file.cc:42] ").
 CREATE OR REPLACE MACRO lt_iso_re(s) AS CASE WHEN lt_at(s, 5) = '-' OR lt_at(s, 6) = '-' THEN regexp_extract(s,
-    '^(\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\]?:?(?:\s+|$))',
+    '^(\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|[+-]\d{2}:?\d{2})?\]?:?(?:\s+|$))',
     ['all','y','mo','d','h','mi','s','f','z']) END;
 CREATE OR REPLACE MACRO lt_iso_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
@@ -104,14 +113,14 @@ CREATE OR REPLACE MACRO lt_iso_of(g) AS
 
 -- journalctl -o short-full: "Fri 2026-11-20 10:05:01 UTC host ..." (the zone as an abbreviation)
 CREATE OR REPLACE MACRO lt_short_full_re(s) AS CASE WHEN lt_at(s, 4) = ' ' THEN regexp_extract(s,
-    '^((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))? ([A-Za-z]{1,6}|[+-]\d{2}(?::?\d{2})?)(?:\s+|$))',
+    '^((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))? ([A-Za-z]{1,6}|[+-]\d{2}(?::?\d{2})?)(?:\s+|$))',
     ['all','y','mo','d','h','mi','s','f','z']) END;
 CREATE OR REPLACE MACRO lt_short_full_of(g) AS lt_iso_of(g);
 
 -- dmesg -T "[Fri Nov 20 10:05:01 2026]" (a one-digit day padded with a blank), and the same ctime
 -- form unbracketed, as GPFS and other C daemons print it ("Mon Jun 25 16:11:16.123 2018: ").
 CREATE OR REPLACE MACRO lt_ctime_re(s) AS CASE WHEN lt_at(s, 4) = ' ' OR lt_at(s, 5) = ' ' THEN regexp_extract(s,
-    '^(\[?(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))? (\d{4})\]?:?(?:\s+|$))',
+    '^(\[?(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))? (\d{4})\]?:?(?:\s+|$))',
     ['all','mon','d','h','mi','s','f','y']) END;
 CREATE OR REPLACE MACRO lt_ctime_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' OR lt_month(g['mon']) = 0 THEN NULL ELSE {
@@ -147,7 +156,7 @@ CREATE OR REPLACE MACRO lt_fabricmanager_of(g) AS
 
 -- RFC 3164 and journalctl short / short-precise: "Nov 20 10:05:01[.123456] " (no year)
 CREATE OR REPLACE MACRO lt_rfc3164_re(s) AS CASE WHEN lt_at(s, 4) = ' ' THEN regexp_extract(s,
-    '^(([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s+)',
+    '^(([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s+)',
     ['all','mon','d','h','mi','s','f']) END;
 CREATE OR REPLACE MACRO lt_rfc3164_of(g, ref_year, ref2000) AS
     CASE WHEN coalesce(g['all'], '') = '' OR lt_month(g['mon']) = 0 THEN NULL ELSE {
@@ -161,7 +170,7 @@ CREATE OR REPLACE MACRO lt_rfc3164_of(g, ref_year, ref2000) AS
 -- c10 does not ("E626"); the day always has two digits, so three digits are MDD and four MMDD.
 -- No year. The header stays in the body (len 0): its file:line is useful text.
 CREATE OR REPLACE MACRO lt_glog_re(s) AS CASE WHEN lt_at(s, 1) IN ('[', 'I', 'W', 'E', 'F') THEN regexp_extract(s,
-    '^(\[?[IWEF](\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?[\s\]])',
+    '^(\[?[IWEF](\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?[\s\]])',
     ['all','mo','d','h','mi','s','f']) END;
 CREATE OR REPLACE MACRO lt_glog_of(g, ref_year, ref2000) AS
     CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {

@@ -1,8 +1,11 @@
 -- parsed_lines (parse_lines.sql) -> log_lines, numbered in file order from $base + 1 (ids that
 -- staging/normalize.py took from obs_seq for them).
 -- A line with a time of its own was written then: its interval [time_lo, time_hi] is that instant.
--- A stamp outside 1970..2200 (year 10000 in UTC, year 1, 1969) is no log's: the line gets no time
--- and time_quality 'far' (staging/normalize.py counts those lines, then treats them as lines without one).
+-- A stamp outside 1970..2200 (year 10000 in UTC, year 1, 1969), or one whose fields make no time
+-- ('-infinity': 11:59:60 on a day with no leap second, hour 25, a 15-digit fraction), is no log's:
+-- the line is quarantined: kept as evidence with no time and time_quality 'quarantined', counted
+-- (staging/normalize.py), never given its neighbours' time (inherit_time.sql reads 'none' lines
+-- only), so never used to order faults nor to choose a root (rules/engine.sql, root_candidates).
 INSERT INTO log_lines
 WITH ranged AS (
     SELECT *, CASE WHEN stamp >= TIMESTAMP '1970-01-02' AND stamp < TIMESTAMP '2200-01-01' THEN stamp END AS t
@@ -10,7 +13,7 @@ WITH ranged AS (
 )
 SELECT $base + row_number() OVER (ORDER BY s.file_id, t.lineno), s.source, s.connector, s.node, s.path, t.lineno,
        t.t,
-       CASE WHEN t.t IS NOT NULL THEN 'own' WHEN t.stamp IS NOT NULL THEN 'far' ELSE 'none' END,
+       CASE WHEN t.t IS NOT NULL THEN 'own' WHEN t.stamp IS NOT NULL THEN 'quarantined' ELSE 'none' END,
        t.rank,
        left(t.line, {max_text}),
        left(t.body, {max_text}),

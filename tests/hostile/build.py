@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -176,17 +178,23 @@ FAR_LINES = {
     "dmesg-uptime-huge": f"[99999999999999999.123456] {XID79}",
 }
 
-MALFORMED = {"hour-25-minute-61", "fraction-40-digits", "dmesg-uptime-huge"}
+IMPOSSIBLE = {"hour-25-minute-61", "fraction-40-digits"}  # a stamp whose fields make no time
+MALFORMED = {"dmesg-uptime-huge"}  # no stamp at all: the line takes its neighbours' time
 
 
-def far_lines(source: str, n: int) -> Callable[[dict], None]:
-    """Exactly n lines of the source had a stamp outside 1970..2200: counted, unparsed."""
+def far_lines(source: str, n: int, key: str = "lines_with_time_out_of_range") -> Callable[[dict], None]:
+    """Exactly n lines of the source were quarantined (a stamp outside 1970..2200, or one that makes
+    no time): counted, unparsed, kept with no time."""
 
     def check(d: dict) -> None:
         c = cov(d, source)
-        assert c["details"].get("lines_with_time_out_of_range") == n and c["unparsed"] >= n, c
+        assert c["details"].get(key) == n and c["unparsed"] >= n, c
 
     return check
+
+
+def impossible_lines(source: str, n: int) -> Callable[[dict], None]:
+    return far_lines(source, n, "lines_with_impossible_time")
 
 
 for _name, _line in FAR_LINES.items():
@@ -194,14 +202,54 @@ for _name, _line in FAR_LINES.items():
     def _build(b: Path, line: str = _line) -> None:
         append(syslog(b), line + "\n")
 
-    malformed = _name in MALFORMED  # no stamp at all (the line takes its neighbours' time), or a valid one
+    counted = impossible_lines("syslog", 1) if _name in IMPOSSIBLE else far_lines("syslog", 1)
     CASES.append(
         Case(
             name=f"time-{_name}",
             build=_build,
-            coverage={"syslog": ("ok", "partial") if malformed else "partial"},
-            check=not_blamed(OTHER) if malformed else all_of(not_blamed(OTHER), far_lines("syslog", 1)),
+            coverage={"syslog": ("ok", "partial") if _name in MALFORMED else "partial"},
+            check=not_blamed(OTHER) if _name in MALFORMED else all_of(not_blamed(OTHER), counted),
             tags=("time",),
+        )
+    )
+
+
+# A fault planted on a healthy host with a stamp that is no time, in the middle of its log (its
+# neighbours are an hour before the real root): quarantined, never the root, never a neighbour's time.
+PLANTED = {
+    "leap-second-on-a-day-without-one": ("2026-11-20T11:59:60Z", impossible_lines),
+    "fraction-of-15-digits": ("2026-11-20T13:30:00.123456789012345Z", impossible_lines),
+    "year-2500": ("2500-11-20T11:00:00Z", far_lines),
+    "year-1900": ("1900-11-20T11:00:00Z", far_lines),
+    "year-1969": ("1969-11-20T11:00:00Z", far_lines),
+}
+
+
+def quarantined(host: str, lineno: int) -> Callable[[dict], None]:
+    """The planted line is kept as evidence with no time, marked quarantined."""
+
+    def check(d: dict) -> None:
+        ref = f"logs/syslog/{host}.log:{lineno}"
+        kept = [e for e in d["evidence"] if e["ref"] == ref]
+        assert all(e["time"] is None and e["time_quality"] == "quarantined" for e in kept), kept
+
+    return check
+
+
+for _name, (_stamp, _count) in PLANTED.items():
+
+    def _plant(b: Path, stamp: str = _stamp) -> None:
+        lines = syslog(b).read_text().split("\n")
+        lines.insert(15, f"{stamp} {OTHER} kernel: {XID79}")  # after 11:03, before 11:10 UTC
+        syslog(b).write_text("\n".join(lines))
+
+    CASES.append(
+        Case(
+            name=f"time-planted-{_name}",
+            build=_plant,
+            coverage={"syslog": "partial"},
+            check=all_of(not_blamed(OTHER), _count("syslog", 1), quarantined(OTHER, 16)),
+            tags=("time", "lie"),
         )
     )
 
@@ -215,6 +263,146 @@ def _(b: Path) -> None:
 def _(b: Path) -> None:
     for h in ("gb-r12-n01", "gb-r12-n02", "gb-r12-n03", "gb-r12-n05", "gb-r12-n06"):
         append(syslog(b, h), f"9999-12-31T23:59:59-14:00 {h} kernel: {XID79}\n")
+
+
+# ---- host identity: one host, however its name is spelt; a host outside the allocation is context ----
+
+
+def rename(path: Path, name: str) -> None:
+    path.rename(path.parent / name)
+
+
+def named_in_the_allocations_spelling(d: dict) -> None:
+    """Every host the diagnosis names is spelt as the allocation spells it."""
+    allocated = set(d["attempt"]["nodes"])
+    named = set(d["affected_nodes"]) | {c["node"] for c in d["candidates"] if c["node"]}
+    for c in d["coverage"]:
+        named |= set(c["nodes"])
+    assert named <= allocated, named - allocated
+
+
+@case("identity-root-files-upper-case", coverage={"syslog": "ok", "app": "ok"}, check=named_in_the_allocations_spelling)
+def _(b: Path) -> None:
+    rename(syslog(b, HOST), HOST.upper() + ".log")
+    rename(app(b, HOST), HOST.upper() + ".log")
+
+
+@case("identity-root-file-fqdn-trailing-dot", coverage={"syslog": "ok"}, check=named_in_the_allocations_spelling)
+def _(b: Path) -> None:
+    rename(syslog(b, HOST), f"{HOST}.eos.internal..log")
+
+
+@case("identity-metric-labels-upper-case", coverage={"metrics": "ok"}, check=named_in_the_allocations_spelling)
+def _(b: Path) -> None:
+    prom(b).write_text(prom(b).read_text().replace('Hostname="gb-r12', 'Hostname="GB-R12'))
+
+
+@case("identity-log-of-a-host-outside-the-allocation", check=all_of(not_blamed("gb-r12-n99")))
+def _(b: Path) -> None:
+    syslog(b, "gb-r12-n99").write_text(f"2026-11-20T11:00:00Z gb-r12-n99 kernel: {XID79}\n")
+
+
+# ---- clocks: a host's clock off is named, corrected when firm, and never ordered at high confidence ----
+
+STAMP_FORMS = [  # the worked example's stamp forms (zone-less, year-less ones take 2026)
+    (re.compile(r"^(\w{3} +\d+ \d\d:\d\d:\d\d\.\d{6})"), "%b %d %H:%M:%S.%f"),
+    (re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6})"), "%Y-%m-%dT%H:%M:%S.%f"),
+    (re.compile(r"(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\])"), "[%Y-%m-%d %H:%M:%S]"),
+    (re.compile(r"(\[E\d{4} \d\d:\d\d:\d\d\.\d{6})"), "[E%m%d %H:%M:%S.%f"),
+    (re.compile(r"^(E\d{4} \d\d:\d\d:\d\d\.\d{6})"), "E%m%d %H:%M:%S.%f"),
+    (re.compile(r"^(\[\w{3} \d\d \d{4} \d\d:\d\d:\d\d\])"), "[%b %d %Y %H:%M:%S]"),
+]
+
+
+def clock_ahead(b: Path, host: str, seconds: float) -> None:
+    """Every stamp of the host's logs moved by `seconds`: its clock is that far ahead."""
+
+    def moved(m: re.Match, fmt: str) -> str:
+        t = datetime.strptime(m.group(1), fmt)
+        t = t.replace(year=2026) if "%Y" not in fmt else t
+        return (t + timedelta(seconds=seconds)).strftime(fmt)
+
+    for p in (b / "logs").glob(f"*/{host}.log"):
+        lines = p.read_text().split("\n")
+        for i, line in enumerate(lines):
+            for rx, fmt in STAMP_FORMS:
+                line = rx.sub(lambda m, f=fmt: moved(m, f), line, count=1)
+            lines[i] = line
+        p.write_text("\n".join(lines))
+
+
+def clock_named(host: str) -> Callable[[dict], None]:
+    """The host's clock is named in the coverage of its logs, and the verdict is not high."""
+
+    def check(d: dict) -> None:
+        for source in ("app", "syslog"):
+            assert any(x.startswith(f"{host} ") for x in cov(d, source)["details"].get("clock_skew") or []), cov(
+                d, source
+            )
+        assert d["confidence"] != "high", d["confidence"]
+
+    return check
+
+
+@case(
+    "clock-root-host-90s-ahead",
+    coverage={"syslog": "partial", "app": "partial"},
+    check=clock_named(HOST),
+    tags=("lie",),
+)
+def _(b: Path) -> None:
+    clock_ahead(b, HOST, 90)
+
+
+@case(
+    "clock-healthy-host-10min-behind",
+    coverage={"syslog": "partial", "app": "partial"},
+    check=all_of(clock_named(OTHER), not_blamed(OTHER)),
+    tags=("lie",),
+)
+def _(b: Path) -> None:
+    clock_ahead(b, OTHER, -600)
+
+
+# ---- the same host twice, lines out of order, zones mixed, a record cut short ----------------------
+
+
+@case(
+    "lie-root-host-logged-twice-under-two-spellings",
+    coverage={"syslog": "ok"},
+    check=named_in_the_allocations_spelling,
+    tags=("lie",),
+)
+def _(b: Path) -> None:
+    shutil.copy(syslog(b, HOST), b / "logs" / "syslog" / f"{HOST.upper()}.log")
+
+
+@case("lie-healthy-host-lines-reordered", coverage={"syslog": "ok"}, check=not_blamed(OTHER), tags=("lie",))
+def _(b: Path) -> None:
+    lines = [x for x in syslog(b).read_text().split("\n") if x]
+    syslog(b).write_text("\n".join(reversed(lines)) + "\n")
+
+
+@case("lie-healthy-host-in-another-zone", coverage={"syslog": "ok"}, check=not_blamed(OTHER), tags=("lie",))
+def _(b: Path) -> None:
+    """The same instants written at +05:30: read as the same instants."""
+
+    def zoned(m: re.Match) -> str:
+        t = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f") + timedelta(hours=5, minutes=30)
+        return t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "+05:30"
+
+    text = re.sub(r"^(\S+)\+00:00", zoned, syslog(b).read_text(), flags=re.M)
+    syslog(b).write_text(text)
+
+
+@case(
+    "lie-healthy-host-last-record-cut-short",
+    coverage={"syslog": ("ok", "partial")},
+    check=not_blamed(OTHER),
+    tags=("lie",),
+)
+def _(b: Path) -> None:
+    append(syslog(b), "2026-11-20T11:00:00.0000")  # a record cut inside its stamp
 
 
 # ---- metrics: one bad sample costs one sample ----------------------------------------------------------
@@ -237,20 +425,73 @@ def _(b: Path) -> None:
     append(prom(b), XID_SERIES.format(host=OTHER) + " 0 99999999999999999999999\n")
 
 
-@case("prom-xid-gauge-plus-inf-every-host", coverage={"metrics": ("ok", "partial")})
+def non_finite_named(*series: str) -> Callable[[dict], None]:
+    """The samples of NaN or +/-Inf are counted and their series named in metrics' coverage."""
+
+    def check(d: dict) -> None:
+        c = cov(d, "metrics")
+        assert c["details"].get("non_finite_samples", 0) >= 1, c
+        for name in series:
+            assert any(name in x for x in c["details"]["non_finite_series"]), (name, c)
+
+    return check
+
+
+@case("prom-xid-gauge-plus-inf-every-host", coverage={"metrics": "partial"}, check=non_finite_named("XID_ERRORS"))
 def _(b: Path) -> None:
     for i in range(1, 7):  # each series goes from 0 to +Inf: a transition the rule looks at
         append(prom(b), XID_SERIES.format(host=f"gb-r12-n0{i}") + " 0 1795172340000\n")
         append(prom(b), XID_SERIES.format(host=f"gb-r12-n0{i}") + " +Inf 1795172400000\n")
 
 
-@case("prom-nan-and-minus-inf-values", coverage={"metrics": ("ok", "partial")})
+@case(
+    "prom-nan-and-minus-inf-values",
+    coverage={"metrics": "partial"},
+    check=all_of(non_finite_named("XID_ERRORS", "ECC_DBE", "infiniband"), not_blamed(OTHER)),
+)
 def _(b: Path) -> None:
     for i, v in enumerate(("0", "NaN", "0", "-Inf", "0", "1e400", "0", "-1e400")):
         t = 1795172400000 + i * 1000
         append(prom(b), XID_SERIES.format(host=OTHER) + f" {v} {t}\n")
         append(prom(b), f'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{gpu="0",Hostname="{OTHER}"}} {v} {t + 60000}\n')
         append(prom(b), f'node_infiniband_port_state_id{{device="mlx5_0",instance="{OTHER}:9100"}} {v} {t + 60000}\n')
+
+
+def metrics_only(b: Path) -> None:
+    """Only metrics and the scheduler's record: the logs gone, and the faulty host's series too."""
+    shutil.rmtree(b / "logs")
+    prom(b).write_text("".join(x for x in prom(b).read_text().splitlines(True) if f'"{HOST}"' not in x))
+
+
+@case(
+    "prom-metrics-only-root-on-non-finite-gauges",
+    verdict=("unknown", "insufficient_evidence"),
+    node=None,
+    coverage={"metrics": "partial"},
+    check=all_of(non_finite_named("XID_ERRORS", "ECC_DBE"), not_blamed(OTHER)),
+    tags=("lie",),
+)
+def _(b: Path) -> None:
+    metrics_only(b)
+    for i, v in enumerate(("0", "+Inf", "NaN", "1e400", "-Inf")):
+        t = 1795172340000 + i * 60000
+        append(prom(b), XID_SERIES.format(host=OTHER) + f" {v} {t}\n")
+        append(prom(b), f'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{gpu="0",Hostname="{OTHER}"}} {v} {t}\n')
+
+
+@case(
+    "prom-metrics-only-root-beside-a-sample-stamped-out-of-range",
+    node="gb-r12-n03",
+    verdict=("hardware_failure", "gpu"),
+    coverage={"metrics": "partial"},
+    check=assert_unparsed("metrics"),
+    tags=("lie",),
+)
+def _(b: Path) -> None:
+    """The bad sample is dropped and counted; the root's transition in the same series stays."""
+    metrics_only(b)
+    series = XID_SERIES.format(host="gb-r12-n03")
+    append(prom(b), f"{series} 0 1795176240000\n{series} 79 9999999999999999\n{series} 79 1795176300000\n")
 
 
 @case("prom-label-named-twice", coverage={"metrics": "partial"}, check=assert_unparsed("metrics"))

@@ -246,3 +246,21 @@ def test_one_unreadable_host_log_costs_that_host(tmp_path, monkeypatch):
     assert any(corpus.OTHER in x and "Permission denied" in x for x in c["details"]["not_read"]), c
     assert corpus.OTHER not in c["nodes"] and len(c["nodes"]) == 5, c["nodes"]
     assert (d["terminal_state"], d["sub_domain"], d["root_cause"]["node"]) == (*corpus.NVLINK, corpus.HOST)
+
+
+def test_no_high_confidence_verdict_rests_on_evidence_that_lies(results):
+    """Over the whole corpus: a `high` verdict's root evidence has no quarantined time and no
+    non-finite value, no host's clock was found off, and its blamed nodes are the allocation's."""
+    for case in CASES:
+        written = results["out"] / f"{case.name}.json"
+        if case.exit != 0 or not written.exists():
+            continue
+        d = json.loads(written.read_text())
+        if d["confidence"] != "high":
+            continue
+        cited = set((d["root_cause"] or {}).get("evidence") or [])
+        root = [e for e in d["evidence"] if e["id"] in cited]
+        assert all(e["time_quality"] != "quarantined" for e in root), (case.name, root)
+        assert not any(x in e["text"] for e in root if e["series"] for x in ("NaN", "Inf", "e400")), (case.name, root)
+        assert not any(c["details"].get("clock_skew") for c in d["coverage"]), case.name
+        assert set(d["affected_nodes"]) <= set(d["attempt"]["nodes"]), (case.name, d["affected_nodes"])

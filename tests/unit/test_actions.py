@@ -136,6 +136,23 @@ def test_verdicts_that_never_isolate(xid, change, said):
     assert [v.isolate for v in verdicts] == [False] and said in verdicts[0].reason
 
 
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("lines_with_time_out_of_range", 1),
+        ("lines_with_impossible_time", 2),
+        ("non_finite_samples", 3),
+    ],
+)
+def test_evidence_that_lies_never_isolates(xid, key, value):
+    d = xid.model_copy(deep=True)
+    c = next(c for c in d.coverage if c.source == "syslog")
+    setattr(c.details, key, value)
+    verdicts = guard.decide(d, ActionsConfig(), _history(), Fleet({"gpu": frozenset(NODES)}, frozenset()))
+    assert [v.isolate for v in verdicts] == [False]
+    assert verdicts[0].reason == f"evidence that lies (syslog {key} {value}): never isolates a node"
+
+
 def test_a_verdict_that_passes_isolates_its_node(xid):
     verdicts = guard.decide(xid, ActionsConfig(), _history(), Fleet({"gpu": frozenset(NODES)}, frozenset()))
     assert [(v.node, v.isolate) for v in verdicts] == [("gb-r12-n04", True)]

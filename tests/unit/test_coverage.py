@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import WORKED
 from tests.helpers import diagnose
-from workload_attribution.connectors.coverage import Cover, Tally, lose
+from workload_attribution.connectors.coverage import Cover, Tally, distrust_values, lose
 from workload_attribution.connectors.text import LogFileDetails
 from workload_attribution.contracts.models import Coverage, CoverageStatus, Diagnosis
 
@@ -63,6 +63,16 @@ def test_stamps_out_of_range_are_lost_last_and_only_when_there_are_some():
     assert (doc["status"], doc["unparsed"]) == ("partial", 2)
     assert list(doc["details"])[-2:] == ["outside_window", "lines_with_time_out_of_range"]
     assert doc["details"]["lines_with_time_out_of_range"] == 2
+
+
+def test_quarantined_lines_and_non_finite_samples_are_named_last():
+    c = Coverage(source="metrics", connector="bundle", status="ok", observations=4, details=details())
+    lose(c, 0, impossible=1)
+    distrust_values(c, 3, ['DCGM_FI_DEV_XID_ERRORS{Hostname="n1"}'])
+    doc = json.loads(c.model_dump_json())
+    assert (doc["status"], doc["unparsed"]) == ("partial", 1)
+    assert list(doc["details"])[-3:] == ["lines_with_impossible_time", "non_finite_samples", "non_finite_series"]
+    assert doc["details"]["non_finite_series"] == ['DCGM_FI_DEV_XID_ERRORS{Hostname="n1"}']
 
 
 def test_a_connector_writes_only_its_own_keys_and_a_diagnosis_read_back_keeps_them():

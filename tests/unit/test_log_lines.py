@@ -6,6 +6,8 @@ import pytest
 
 REF = datetime(2026, 11, 20, 11, 0, 0)  # attempt in Europe/Berlin (UTC+1 in November)
 
+IMPOSSIBLE = "-infinity"  # what a stamp whose fields make no time reads as
+
 CASES = [
     # (line, expected UTC time or None, rank, body starts with)
     ("2026-11-20T10:05:01.123456+00:00 node-02 kernel: NVRM: x", "2026-11-20 10:05:01.123456", None, "node-02 kernel"),
@@ -176,17 +178,32 @@ CASES = [
         "Close connection",
     ),
     ("plain continuation line", None, None, "plain"),
-    ("Feb 30 10:00:00 host impossible date", None, None, "host"),
+    # fields that make no time: '-infinity' (quarantined), never a time near it, never no stamp (the
+    # line would take its neighbours' time)
+    ("Feb 30 10:00:00 host impossible date", IMPOSSIBLE, None, "host"),
+    ("2026-11-20T11:59:60Z host kernel: no leap second that day", IMPOSSIBLE, None, "host kernel"),
+    ("2026-11-20T25:00:00Z host kernel: hour 25", IMPOSSIBLE, None, "host kernel"),
+    ("2026-11-20T11:00:00.123456789012345Z host kernel: a 15-digit fraction", IMPOSSIBLE, None, "host kernel"),
+    ("Nov 20 11:00:00.1234567890 host kernel: a 10-digit fraction", IMPOSSIBLE, None, "host kernel"),
+    ("[rank3]:[E1120 11:59:60.5 ProcessGroupNCCL.cpp:607] x", IMPOSSIBLE, 3, "[E1120"),
+    ("2016-12-31T23:59:60.5Z host kernel: the last leap second", IMPOSSIBLE, None, "host kernel"),  # none since
+    (
+        "1900-11-20T11:00:00Z host kernel: a time, out of range (normalising quarantines it)",
+        "1900-11-20T11:00:00",
+        None,
+        "host",
+    ),
     ("", None, None, ""),
 ]
 
 
 @pytest.mark.parametrize("line,expected,rank,body", CASES)
 def test_prefix_grammar(staging, line, expected, rank, body):
-    got = staging.execute("SELECT parse_log_line(?, 'Europe/Berlin', ?)", [line, REF]).fetchone()[0]
-    assert (str(got["ts"]) if got["ts"] else None) == (
-        expected if expected is None else str(datetime.fromisoformat(expected))
-    )
+    got, impossible = staging.execute(
+        "SELECT p, isinf(p['ts']) FROM (SELECT parse_log_line(?, 'Europe/Berlin', ?) AS p)", [line, REF]
+    ).fetchone()
+    ts = IMPOSSIBLE if impossible else str(got["ts"]) if got["ts"] else None
+    assert ts == (expected if expected in (None, IMPOSSIBLE) else str(datetime.fromisoformat(expected)))
     assert got["rank"] == rank
     assert got["body"].startswith(body)
 
@@ -245,3 +262,29 @@ def test_a_forms_guard_never_hides_a_line_of_that_form(staging):
             f"WHERE regexp_matches(s, {pattern.group(1)}) AND {name}(s) IS DISTINCT FROM {bare}"
         ).fetchone()
         assert hidden[0] == 0, f"{name} hides {hidden[0]} line(s) its regex matches, e.g. {hidden[1]!r}"
+
+
+def test_a_stamp_that_is_no_time_quarantines_its_line(staging, tmp_path):
+    """A line whose stamp is no time (a leap second on a day without one, a 15-digit fraction) or
+    out of range (1969) keeps no time and never takes its neighbours': quarantined, counted per kind;
+    a traceback line beside it still finds the real stamps around it."""
+    from workload_attribution.staging.lines import Line, stage_lines
+    from workload_attribution.staging.normalize import normalize
+
+    text = [
+        "2026-11-20T10:00:00Z n1 kernel: before",
+        "2026-11-20T11:59:60Z n1 kernel: NVRM: Xid 79",
+        "2026-11-20T13:30:00.123456789012345Z n1 kernel: NVRM: Xid 79",
+        "1969-11-20T11:00:00Z n1 kernel: NVRM: Xid 79",
+        "Traceback (most recent call last):",
+        "2026-11-20T10:00:09Z n1 kernel: after",
+    ]
+    path = tmp_path / "n1.log"
+    path.write_text("\n".join(text) + "\n")
+    stage_lines(staging, "syslog", "bundle", "n1", "logs/syslog/n1.log", [Line(x, n) for n, x in enumerate(text, 1)])
+    found = normalize(staging, "UTC", datetime(2026, 11, 20, 10, 0), {"logs/syslog/n1.log": path})
+    got = {r[0]: r[1:] for r in staging.execute("SELECT lineno, time, time_quality, time_lo FROM log_lines").fetchall()}
+    for n in (2, 3, 4):
+        assert got[n] == (None, "quarantined", None), (n, got[n])
+    assert got[5][:2] == (datetime(2026, 11, 20, 10, 0, 0), "inherited")
+    assert (found.impossible, found.far) == ({"syslog": 2}, {"syslog": 1})
