@@ -9,9 +9,10 @@ timestamps, rank labels) and masks what varies from line to line (the bundle's h
 timestamps, IP addresses, paths, hex, numbers) into a template; templates are counted with their
 first occurrence (earliest stamp, then file and line).
 
-A regex masking pass in DuckDB was measured against Drain (PyPI drain3, the log-parsing field's
-tool) on the same messages and was the faster (docs/benchmarks.md, "Log templates"); Drain's tree
-also merges messages that differ in a word, which a diff between attempts must tell apart.
+A regex masking pass in DuckDB (one RE2 alternation) was measured against Drain (PyPI drain3, the
+log-parsing field's tool) on the same lines and was the faster (docs/benchmarks.md, "Log
+templates"); Drain's tree also merges messages that differ in a word, which a diff between
+attempts must tell apart, and drain3 pins a cachetools that Prefect refuses.
 
 Bounded like the scan: at most `max_lines` lines are read per bundle and at most `max_templates`
 templates kept (the earliest ones; lines of templates past the cap are counted, not kept); the
@@ -50,22 +51,29 @@ MAX_LINES = 4_000_000
 MAX_TEMPLATES = 20_000
 # A template is kept this long (characters): enough to tell messages apart.
 TEMPLATE_CHARS = 400
+# A template's first line is kept this long.
+RAW_CHARS = 1000
 # A template whose rate (per line read) differs between the attempts by this factor or more, and
 # that one of them logged at least CHANGED_MIN times, has changed.
 CHANGED_FACTOR = 10.0
 CHANGED_MIN = 10
 
-# Masks, in order (RE2, applied by DuckDB's regexp_replace): what identifies a thing before the
-# numbers inside it are masked one by one.
-_MASKS: tuple[tuple[str, str], ...] = (
-    (r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", "<UUID>"),
-    (r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?", "<TIME>"),
-    (r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d{2}:\d{2}:\d{2}(?:\.\d+)?", "<TIME>"),
-    (r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b", "<IP>"),
-    (r"(?:/[\w.@+~-]+){2,}/?", "<PATH>"),
-    (r"\b0[xX][0-9a-fA-F]+\b", "<HEX>"),
-    (r"\b[0-9a-fA-F]*(?:[0-9][0-9a-fA-F]*[a-fA-F]|[a-fA-F][0-9a-fA-F]*[0-9])[0-9a-fA-F]*\b", "<HEX>"),
-    (r"\d+(?:\.\d+)*", "<N>"),
+# What varies from line to line, as one RE2 alternation replaced by VARIABLE in one pass (a chain
+# of regexp_replace, one per kind with its own token, cost four times as much: docs/benchmarks.md).
+# At each place the first kind that matches wins: what identifies a thing (a UUID, a time, an
+# address, a path) before the numbers inside it; the bundle's host names come before all of them.
+VARIABLE = "<*>"
+_MASKS: tuple[str, ...] = (
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",  # UUID
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?",  # RFC 3339, ISO 8601
+    # syslog's, ctime's, Fabric Manager's (a month name varies with the day, so it goes too)
+    r"\b(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) +)?(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2}"
+    r"(?: \d{4})? \d{2}:\d{2}:\d{2}(?:\.\d+)?(?: \d{4})?",
+    r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b",  # IPv4, with a port
+    r"(?:/[\w.@+~-]+){2,}/?",  # a path of two parts or more
+    r"\b0[xX][0-9a-fA-F]+\b",
+    r"\b[0-9a-fA-F]*(?:[0-9][0-9a-fA-F]*[a-fA-F]|[a-fA-F][0-9a-fA-F]*[0-9])[0-9a-fA-F]*\b",  # hex with a digit
+    r"\d+(?:\.\d+)*",  # numbers, versions, ranks' and ids' digits
 )
 
 # A template's level, from its words: what an engineer reads first.
@@ -84,16 +92,14 @@ def level_of(template: str) -> str:
 
 
 def mask_expression(column: str, hosts: list[str]) -> str:
-    """The SQL expression masking a message column into its template: the bundle's host names
-    first (they hold digits), then each of _MASKS."""
-    expr = column
+    """The SQL expression masking a line (a column) into its template: the bundle's host names and
+    each of _MASKS replaced by VARIABLE, in one pass."""
+    kinds = list(_MASKS)
     if hosts:
         names = "|".join(re.escape(h) for h in sorted(set(hosts), key=len, reverse=True))
-        pattern = sql_literal(rf"\b(?:{names})\b")
-        expr = f"regexp_replace({expr}, {pattern}, '<HOST>', 'g')"
-    for pattern, token in _MASKS:
-        expr = f"regexp_replace({expr}, {sql_literal(pattern)}, {sql_literal(token)}, 'g')"
-    return f"left(trim({expr}), {TEMPLATE_CHARS})"
+        kinds.insert(0, rf"\b(?:{names})\b")
+    pattern = sql_literal("|".join(kinds))
+    return f"left(trim(regexp_replace({column}, {pattern}, {sql_literal(VARIABLE)}, 'g')), {TEMPLATE_CHARS})"
 
 
 @dataclass(frozen=True)
@@ -208,8 +214,11 @@ def _compressed(path: Path) -> bool:
 
 
 def _batch_query(hosts: list[str]) -> str:
-    """One statement: a batch of pieces split into lines, each line's message masked into its
-    template, the templates counted with their first line."""
+    """One statement: a batch of pieces split into lines, each line masked into its template
+    (prefix and all: its times and rank labels are masked like any number), the templates counted
+    per file with their first line there. A file's lines are in time order: only each file's first
+    line of a template has its time read (staging's prefix grammar, _FIRSTS), and the earliest of
+    those is the template's first."""
     return f"""
         WITH lines AS (
             SELECT src, file_id, first + i - 1 AS lineno, left(rtrim(x, chr(13)), {MAX_LINE}) AS raw
@@ -218,15 +227,22 @@ def _batch_query(hosts: list[str]) -> str:
                         FROM (SELECT unnest($src) AS src, unnest($ids) AS file_id, unnest($firsts) AS first,
                                      unnest($takes) AS take, unnest($texts) AS content)))
             WHERE i <= take AND trim(x) <> ''
-        ),
-        parsed AS (SELECT src, file_id, lineno, raw, parse_log_line(raw, $tz, $ref) AS q FROM lines),
-        masked AS (SELECT src, file_id, lineno, raw, q['ts'] AS ts, {mask_expression("q['body']", hosts)} AS template
-                   FROM parsed)
-        SELECT template, count(*) AS n,
-               min({{'t': coalesce(ts, TIMESTAMP '9999-12-31'), 'f': file_id, 'l': lineno, 'src': src,
-                    'raw': left(raw, 1000)}}) AS first
-        FROM masked GROUP BY template
+        )
+        SELECT template, file_id, any_value(src) AS src, count(*) AS n, min(lineno) AS l,
+               arg_min(left(raw, {RAW_CHARS}), lineno) AS raw
+        FROM (SELECT src, file_id, lineno, raw, {mask_expression("raw", hosts)} AS template FROM lines)
+        GROUP BY template, file_id
     """
+
+
+# Each template's first line in a batch: the earliest stamp of its files' first lines. A statement
+# of its own: within the one above, DuckDB read the stamp of every line (three times the cost).
+_FIRSTS = """
+    SELECT template, sum(n)::BIGINT AS n,
+           min({'t': coalesce(parse_log_line(raw, $tz, $ref)['ts'], TIMESTAMP '9999-12-31'), 'f': file_id,
+                'l': l, 'src': src, 'raw': raw}) AS first
+    FROM per_file GROUP BY template
+"""
 
 
 def _merge(
@@ -240,9 +256,8 @@ def _merge(
     """A batch's templates added to those seen: counts summed, the earlier first line kept; new
     templates while there is room under the cap (the earliest first), the rest counted only."""
     con.execute(
-        f"CREATE OR REPLACE TEMP TABLE batch AS {query}",
+        f"CREATE OR REPLACE TEMP TABLE per_file AS {query}",
         {
-            **params,
             "src": [p.source for p in batch],
             "ids": [p.file_id for p in batch],
             "firsts": [p.first for p in batch],
@@ -250,6 +265,7 @@ def _merge(
             "texts": [p.text for p in batch],
         },
     )
+    con.execute(f"CREATE OR REPLACE TEMP TABLE batch AS {_FIRSTS}", params)
     room = max(0, max_templates - con.execute("SELECT count(*) FROM seen").fetchone()[0])  # type: ignore[index]
     con.execute(
         """
