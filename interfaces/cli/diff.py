@@ -13,6 +13,8 @@ from workload_attribution.cli.common import EXIT_OK, BadInput
 if TYPE_CHECKING:
     from workload_attribution.tasks.templates import Changed, Diff, Template, Templates
 
+# A template's first line is shown this long in the text output (--json has it whole).
+SHOWN = 160
 NOT_YET = "attempts in the warehouse and `last-good` are not yet supported: give two bundles"
 
 
@@ -135,8 +137,8 @@ def _text(a: Templates, b: Templates, d: Diff, limit: int) -> list[str]:
     ]
     out += [f"  note: {n}" for n in _caps(a) + _caps(b)]
     for t in d.new[:limit]:
-        out.append(f"  {t.level:<7} {t.count:>6}x  {t.template}")
-        out.append(f"  {'':<15} {t.ref}:{t.line}: {t.raw[:200]}")
+        out.append(f"  {t.level:<7} {f'{t.count}x':>5}  {t.template}")
+        out.append(f"      {t.ref}:{t.line}: {t.raw[:SHOWN]}")
     if len(d.new) > limit:
         out.append(f"  ... {len(d.new) - limit} more (--limit)")
     if d.changed:
@@ -144,7 +146,8 @@ def _text(a: Templates, b: Templates, d: Diff, limit: int) -> list[str]:
 
         out.append(f"changed {CHANGED_FACTOR:g}x or more (per line read): {len(d.changed)}")
         for c in d.changed[:limit]:
-            out.append(f"  {c.template.level:<7} {c.template.count:>6}x  (against {c.other_count}x)  {c.template.template}")
+            counts = f"{c.template.count}x (against {c.other_count}x)"
+            out.append(f"  {c.template.level:<7} {counts}  {c.template.template}")
         if len(d.changed) > limit:
             out.append(f"  ... {len(d.changed) - limit} more (--limit)")
     return out
