@@ -168,7 +168,7 @@ def templates_of(
             "first STRUCT(t TIMESTAMP, f INTEGER, l BIGINT, src VARCHAR, raw VARCHAR))"
         )
         query = _batch_query(list(scope.nodes))
-        params = {"tz": scope.timezone or "UTC", "ref": naive_utc(scope.end or scope.start)}
+        params: dict[str, object] = {"tz": scope.timezone or "UTC", "ref": naive_utc(scope.end or scope.start)}
         batch: list[_Piece] = []
         size = 0
         for piece in _pieces(files, out, max_lines):

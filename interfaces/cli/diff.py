@@ -36,10 +36,10 @@ def add(sub: Any) -> None:
     p.add_argument("--against", required=True, metavar="ATTEMPT", help="the bundle to compare with (a healthy one)")
     p.add_argument("--limit", type=int, default=20, metavar="N", help="show the first N templates (default 20)")
     p.add_argument("--json", action="store_true", help="the whole comparison as one JSON document")
+    p.add_argument("--max-lines", type=int, default=None, metavar="N", help="lines read per bundle (default 4,000,000)")
     p.add_argument(
-        "--max-lines", type=int, default=None, metavar="N", help="lines read per bundle (default 4,000,000)"
+        "--max-templates", type=int, default=None, metavar="N", help="templates kept per bundle (default 20,000)"
     )
-    p.add_argument("--max-templates", type=int, default=None, metavar="N", help="templates kept per bundle (default 20,000)")
     p.set_defaults(func=run)
 
 
@@ -61,7 +61,11 @@ def run(args: argparse.Namespace) -> int:
     from workload_attribution.tasks import templates as tpl
 
     a, b = _bundle(args.attempt), _bundle(args.against)
-    for value, flag in ((args.limit, "--limit"), (args.max_lines, "--max-lines"), (args.max_templates, "--max-templates")):
+    for value, flag in (
+        (args.limit, "--limit"),
+        (args.max_lines, "--max-lines"),
+        (args.max_templates, "--max-templates"),
+    ):
         _positive(value, flag)
     bounds = {
         "max_lines": args.max_lines or tpl.MAX_LINES,

@@ -86,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for masked in (False, True) if drain_installed() else ():
             seconds, count = drain(bodies, masked)
-            rows.append((f"Drain3 0.9.11, {'numbers, hex, IPs masked' if masked else 'default configuration'}", seconds, count))
+            rows.append(
+                (f"Drain3 0.9.11, {'numbers, hex, IPs masked' if masked else 'default configuration'}", seconds, count)
+            )
         for table, what in (("msg", "the same messages"), ("raw", "whole lines, prefix and all")):
             t0 = time.perf_counter()
             expr = mask_expression("m" if table == "msg" else "line", sorted(set(hosts)))

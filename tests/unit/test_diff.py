@@ -42,7 +42,14 @@ def planted(tmp_path: Path) -> tuple[Path, Path]:
         for i in range(3):
             f.write(
                 APP_PLANT.format(
-                    r=4 + i, m=10 + i, pid=3004 + i, tid=3104 + i, g=i, ln=90 + i, tag=f"{0x5ab3 * (i + 1):x}", size=2**20 * (i + 9)
+                    r=4 + i,
+                    m=10 + i,
+                    pid=3004 + i,
+                    tid=3104 + i,
+                    g=i,
+                    ln=90 + i,
+                    tag=f"{0x5AB3 * (i + 1):x}",
+                    size=2**20 * (i + 9),
                 )
                 + "\n"
             )
