@@ -153,3 +153,21 @@ def test_the_caps_are_reported_when_hit(tmp_path):
     r = run("diff", str(bad), "--against", str(good), "--json", "--max-templates", "5")
     doc = json.loads(r.stdout)
     assert doc["attempt"]["templates_cap_hit"] and not doc["attempt"]["lines_cap_hit"]
+
+
+def test_a_template_whose_rate_changed_tenfold_is_shown_apart(tmp_path):
+    bad, good = planted(tmp_path)
+    chatty = "[Nov 20 2026 11:{m:02d}:00] [INFO] [tid 1808] multicast group {i} is allocated."
+    with open(bad / "logs/fabricmanager/gb-r12-n04.log", "a") as f:
+        f.writelines(chatty.format(m=i, i=i % 7) + "\n" for i in range(30))
+    r = run("diff", str(bad), "--against", str(good), "--json")
+    doc = json.loads(r.stdout)
+    assert doc["new_total"] == 2 and doc["changed_total"] == 1, doc
+    (changed,) = doc["changed"]
+    assert "multicast group" in changed["template"] and changed["count"] == 31 and changed["against_count"] == 1
+    assert changed["factor"] >= 10
+    r = run("diff", str(bad), "--against", str(good))
+    assert "changed 10x or more (per line read): 1" in r.stdout and "31x (against 1x)" in r.stdout
+    # the other way round it is a tenth of the rate: changed too, no new template
+    back = json.loads(run("diff", str(good), "--against", str(bad), "--json").stdout)
+    assert back["new_total"] == 0 and back["changed_total"] == 1 and back["changed"][0]["factor"] < 0.1
