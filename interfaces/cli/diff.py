@@ -72,8 +72,12 @@ def run(args: argparse.Namespace) -> int:
         "max_templates": args.max_templates or tpl.MAX_TEMPLATES,
     }
     progress = common.Progress(args)
-    ta = tpl.templates_of(a, progress=lambda m: progress(m, final=False), **bounds)
-    tb = tpl.templates_of(b, progress=lambda m: progress(m, final=False), **bounds)
+    sides = []
+    for path in (a, b):
+        side = tpl.templates_of(path, progress=lambda m: progress(m, final=False), **bounds)
+        progress(f"{path}: {side.lines:,} lines, {len(side.templates):,} templates")
+        sides.append(side)
+    ta, tb = sides
     result = tpl.diff(ta, tb)
     if args.json:
         print(json.dumps(_document(ta, tb, result, args.limit), indent=2))

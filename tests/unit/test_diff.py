@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -171,3 +172,14 @@ def test_a_template_whose_rate_changed_tenfold_is_shown_apart(tmp_path):
     # the other way round it is a tenth of the rate: changed too, no new template
     back = json.loads(run("diff", str(good), "--against", str(bad), "--json").stdout)
     assert back["new_total"] == 0 and back["changed_total"] == 1 and back["changed"][0]["factor"] < 0.1
+
+
+def test_what_a_diagnosis_refuses_to_read_is_refused_and_named(tmp_path):
+    bad, good = planted(tmp_path)
+    os.mkfifo(bad / "logs/app/gb-r12-n07.log")  # would block a reader forever
+    (bad / "logs/syslog/gb-r12-n07.log").symlink_to("/etc/passwd")
+    r = run("diff", str(bad), "--against", str(good))
+    assert r.returncode == 0, r.stderr
+    assert f"note: {bad}: not read: logs/app/gb-r12-n07.log: a FIFO, not read" in r.stdout
+    assert f"note: {bad}: not read: logs/syslog/gb-r12-n07.log: symlink outside the bundle, not read" in r.stdout
+    assert "root:" not in r.stdout
