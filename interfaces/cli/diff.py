@@ -25,10 +25,10 @@ def add(sub: Any) -> None:
         help="what one attempt logged that another did not, by log template",
         description=(
             "Read every log line of two attempt bundles (app, syslog, fabricmanager, scheduler logs; compressed "
-            "files and every bound as for a diagnosis, no pre-filter), reduce each line's message to a template "
-            "(host names, numbers, hex, IPs, paths, UUIDs and times masked) and print the templates ATTEMPT logged "
-            "that --against never did: error-level first, then the earliest, each with its count and first line "
-            "(file:line); then the templates both logged whose rate changed tenfold or more. ATTEMPT and "
+            "files and every bound as for a diagnosis, no pre-filter), reduce each line to a template "
+            "(host names, numbers, hex, IPs, paths, UUIDs, times and rank labels masked) and print the templates "
+            "ATTEMPT logged that --against never did: error-level first, then the earliest, each with its count "
+            "and first line (file:line); then the templates both logged whose rate changed tenfold or more. ATTEMPT and "
             f"--against are bundles (directories with attempt.yaml); {NOT_YET}."
         ),
     )
