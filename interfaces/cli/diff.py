@@ -28,8 +28,8 @@ def add(sub: Any) -> None:
             "files and every bound as for a diagnosis, no pre-filter), reduce each line to a template "
             "(host names, numbers, hex, IPs, paths, UUIDs, times and rank labels masked) and print the templates "
             "ATTEMPT logged that --against never did: error-level first, then the earliest, each with its count "
-            "and first line (file:line); then the templates both logged whose rate changed tenfold or more. ATTEMPT and "
-            f"--against are bundles (directories with attempt.yaml); {NOT_YET}."
+            "and first line (file:line); then the templates both logged whose rate changed tenfold or more. "
+            f"ATTEMPT and --against are bundles (directories with attempt.yaml); {NOT_YET}."
         ),
     )
     p.add_argument("attempt", metavar="ATTEMPT", help="a bundle")
