@@ -3,11 +3,12 @@
 Every line of a bundle's text sources (app, syslog, fabricmanager, scheduler log) is read the way a
 diagnosis reads it (connectors/bundle.py's folder walk and refusals, staging/files.py's pieces of
 whole lines: gzip and zstd with their decompression budget, bad bytes as U+FFFD, a line cut at
-MAX_LINE), but with no pre-filter: all of them. DuckDB splits each batch of pieces into lines, takes
-each line's message after its prefix (staging's grammar, `parse_log_line`: envelope, syslog header,
-timestamps, rank labels) and masks what varies from line to line (the bundle's host names, UUIDs,
-timestamps, IP addresses, paths, hex, numbers) into a template; templates are counted with their
-first occurrence (earliest stamp, then file and line).
+MAX_LINE), but with no pre-filter: all of them. DuckDB splits each batch of pieces into lines and
+masks what varies from line to line, prefix and all (the bundle's host names, UUIDs, timestamps, IP
+addresses, paths, hex, numbers: the prefix's times and rank labels with them) into a template;
+templates are counted with their first occurrence (the earliest stamp, read by staging's prefix
+grammar `parse_log_line` in the attempt's timezone, then file and line). Docker's json-file
+envelope is masked as it is, not unwrapped.
 
 A regex masking pass in DuckDB (one RE2 alternation) was measured against Drain (PyPI drain3, the
 log-parsing field's tool) on the same lines and was the faster (docs/benchmarks.md, "Log
