@@ -236,6 +236,19 @@ def _text_files(
     return files, refused, not_read
 
 
+def log_files(bundle: Path, source: str) -> tuple[list[TextFile], list[str]]:
+    """A text source's files as a diagnosis reads them (the same folder walk and refusals), and why
+    any other entry of its folder is not read; an absent folder has neither."""
+    rel_dir = TEXT_SOURCES[source]
+    if not os.path.lexists(bundle / rel_dir):
+        return [], []
+    problem = _dir_problem(bundle, rel_dir)
+    if problem:
+        return [], [problem]
+    files, refused, not_read = _text_files(bundle, rel_dir, per_node=source != Source.scheduler_log)
+    return files, refused + not_read
+
+
 def _absent(cover: Cover, scope: AttemptScope, why: str) -> Collected:
     """A scheduler's records not in the bundle: missing evidence (`unavailable`) when the attempt's
     scheduler keeps its record as this source, else not applicable (`skipped`)."""

@@ -35,6 +35,7 @@ COMMANDS = (
     "diagnose",
     "rules",
     "eval",
+    "diff",
     "query",
     "actions",
     "backfill",
