@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -265,7 +266,7 @@ def read_concepts(folder: Path) -> tuple[list[Concept], list[ConceptError]]:
     return concepts, errors
 
 
-def table_json(concepts: list[Concept], roles: dict[str, str]) -> str:
+def table_json(concepts: list[Concept], roles: Mapping[str, str]) -> str:
     """The concepts as the attempt's `concepts` table (TABLE_SHAPE): of the concepts a line says,
     one that ends an attempt (a root or the scheduler's word: `decides`) before a cascade, then
     file order."""
