@@ -204,8 +204,10 @@ def python_symptoms(pack: Pack, ref: str) -> Emitted | None:
                 names |= {
                     v.value
                     for k, v in zip(n.keys, n.values)
-                    if isinstance(k, ast.Constant) and k.value == SYMPTOM
-                    and isinstance(v, ast.Constant) and isinstance(v.value, str)
+                    if isinstance(k, ast.Constant)
+                    and k.value == SYMPTOM
+                    and isinstance(v, ast.Constant)
+                    and isinstance(v.value, str)
                 }
             elif isinstance(n, ast.Name) and n.id in functions:
                 todo.append(n.id)

@@ -148,7 +148,10 @@ def _check_emitted(pack: Pack, rule: Rule, made: dict[str, set[str]]) -> list[Ru
         return []
     return [
         RuleFileError(
-            rule.path, rule.id, "produces", f"its {'SQL' if rule.sql else 'code'} emits {name!r}, which it does not declare"
+            rule.path,
+            rule.id,
+            "produces",
+            f"its {'SQL' if rule.sql else 'code'} emits {name!r}, which it does not declare",
         )
         for name in sorted(emitted.names)
         if not any(fnmatch.fnmatchcase(name, d) or fnmatch.fnmatchcase(d, name) for d in made)

@@ -3,15 +3,18 @@ diagnosed as the bare bundle is (terminal_state, sub_domain, affected nodes, roo
 node, rank and time).
 
 Each envelope writes a line as a real runtime or collector does, stamped with the time the bare
-line has (read by the grammar itself; a line with none takes the last stamped line's, as a runtime
-stamps it when it is written):
+line has (read by the grammar itself); a line with none takes the last stamped line's before it
+(the first stamp's before any), and a file with no stamp at all the attempt's end, when a dying
+process's output is flushed. A root the bare bundle cannot date is not compared by its time (the
+runtime's stamp is news):
 
-  cri          containerd / CRI-O:  2026-11-20T10:00:02.123456789Z stderr F <line>
-  cri-partial  the same line split in two records, "P" then "F" (a runtime splits a long line)
-  docker       Docker's json-file: {"log":"<line>\\n","stream":"stderr","time":"..."}
-  docker-go    the same as Go's encoder writes it: < > & as \\u003c \\u003e \\u0026 (and what is
-               not ASCII as \\uXXXX)
-  kubectl      kubectl logs --timestamps: 2026-11-20T10:00:02.123456789Z <line>
+  cri             containerd / CRI-O:  2026-11-20T10:00:02.123456789Z stderr F <line>
+  cri-partial     the same line split in two records, "P" then "F" (a runtime splits a long line)
+  docker          Docker's json-file: {"log":"<line>\\n","stream":"stderr","time":"..."}
+  docker-partial  the same line in two records, the first without its newline (Docker splits at 16 KiB)
+  docker-go       the same as Go's encoder writes it: < > & as \\u003c \\u003e \\u0026 (and
+                  what is not ASCII as \\uXXXX)
+  kubectl         kubectl logs --timestamps: 2026-11-20T10:00:02.123456789Z <line>
 
     python -m tests.envelopes BUNDLE_DIR... [--envelopes cri docker ...]   (prints what changes)
 """
@@ -23,7 +26,7 @@ import json
 import shutil
 import sys
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
@@ -55,6 +58,14 @@ def _docker(line: str, t: str) -> list[str]:
     return [json.dumps({"log": line + "\n", "stream": "stderr", "time": t}, ensure_ascii=False, separators=(",", ":"))]
 
 
+def _docker_partial(line: str, t: str) -> list[str]:
+    cut = len(line) // 2
+    if cut == 0:
+        return _docker(line, t)
+    first = json.dumps({"log": line[:cut], "stream": "stderr", "time": t}, ensure_ascii=False, separators=(",", ":"))
+    return [first, *_docker(line[cut:], t)]
+
+
 def _docker_go(line: str, t: str) -> list[str]:
     text = json.dumps({"log": line + "\n", "stream": "stderr", "time": t}, separators=(",", ":"))
     return [text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")]
@@ -68,6 +79,7 @@ ENVELOPES: dict[str, Callable[[str, str], list[str]]] = {
     "cri": _cri,
     "cri-partial": _cri_partial,
     "docker": _docker,
+    "docker-partial": _docker_partial,
     "docker-go": _docker_go,
     "kubectl": _kubectl,
 }
@@ -88,18 +100,20 @@ def _times(lines: list[str], tz: str, ref: datetime) -> list[datetime | None]:
     return [r[0] for r in got]
 
 
-def wrap_file(src: Path, dst: Path, envelope: str, tz: str, start: datetime) -> None:
-    """Every line of a log file in the envelope, stamped with its own time (else the last one)."""
+def wrap_file(src: Path, dst: Path, envelope: str, tz: str, end: datetime) -> None:
+    """Every line of a log file in the envelope, stamped as a runtime would have: with its own
+    time, else the last line's before it (the first stamp's before any); a file without a stamp at
+    all, at the attempt's end (when a dying process's output is flushed)."""
     data = src.read_bytes()
-    ends_open = not data.endswith(b"\n")
-    lines = [x.decode("utf-8", "replace") for x in (data[:-1] if not ends_open else data).split(b"\n")]
-    if not data:
-        lines = []
-    last = start.astimezone(timezone.utc).replace(tzinfo=None)
+    lines = [x.decode("utf-8", "replace") for x in data.removesuffix(b"\n").split(b"\n")] if data else []
+    times = [
+        t if t is not None and datetime(1970, 1, 2) <= t < datetime(2200, 1, 1) else None
+        for t in _times(lines, tz, end)
+    ]
+    last = next((t for t in times if t is not None), end.astimezone(timezone.utc).replace(tzinfo=None))
     out: list[str] = []
-    for line, t in zip(lines, _times(lines, tz, start)):
-        if t is not None and datetime(1970, 1, 2) <= t < datetime(2200, 1, 1):
-            last = t
+    for line, t in zip(lines, times):
+        last = t or last
         out += ENVELOPES[envelope](line.rstrip("\r"), _stamp(last))
     dst.write_text("\n".join(out) + ("\n" if out else ""), encoding="utf-8")
 
@@ -108,15 +122,15 @@ def wrap_bundle(bundle: Path, out: Path, envelope: str) -> Path:
     """A copy of the bundle with its application logs in the envelope."""
     shutil.copytree(bundle, out)
     attempt = yaml.safe_load((bundle / "attempt.yaml").read_text())
-    start = attempt["start"]
-    start = start if isinstance(start, datetime) else datetime.fromisoformat(str(start).replace("Z", "+00:00"))
-    if start.tzinfo is None:
-        start = start.replace(tzinfo=timezone.utc)
+    end = attempt["end"]
+    end = end if isinstance(end, datetime) else datetime.fromisoformat(str(end).replace("Z", "+00:00"))
+    if end.tzinfo is None:
+        end = end.replace(tzinfo=timezone.utc)
     tz = attempt.get("timezone") or "UTC"
     for source in WRAPPED_SOURCES:
         for f in sorted((bundle / "logs" / source).glob("**/*")):
             if f.is_file() and f.suffix not in (".gz", ".zst", ".zstd"):
-                wrap_file(f, out / f.relative_to(bundle), envelope, tz, start)
+                wrap_file(f, out / f.relative_to(bundle), envelope, tz, end)
     return out
 
 
@@ -153,6 +167,8 @@ def changes(bundles: Iterable[Path], envelopes: Iterable[str], work: Path) -> li
         for env in envelopes:
             wrapped = wrap_bundle(b, work / f"{b.name}.{env}", env)
             got = verdict(diagnose(wrapped, pack=pack))
+            if bare["root_time"] is None:  # the runtime's stamp is news the bare line did not carry
+                got["root_time"] = None
             if got != bare:
                 out.append((b.name, env, bare, got))
             shutil.rmtree(wrapped)
