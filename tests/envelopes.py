@@ -3,10 +3,10 @@ diagnosed as the bare bundle is (terminal_state, sub_domain, affected nodes, roo
 node, rank and time).
 
 Each envelope writes a line as a real runtime or collector does, stamped with the time the bare
-line has (read by the grammar itself); a line with none takes the last stamped line's before it
-(the first stamp's before any), and a file with no stamp at all the attempt's end, when a dying
-process's output is flushed. A root the bare bundle cannot date is not compared by its time (the
-runtime's stamp is news):
+line has (read by the grammar itself); a line with none takes the next stamped line's after it (it
+was written before that one; no line is dated earlier than it may have been), the attempt's end
+after the last. A root the bare bundle cannot date is not compared by its time (the runtime's
+stamp is news):
 
   cri             containerd / CRI-O:  2026-11-20T10:00:02.123456789Z stderr F <line>
   cri-partial     the same line split in two records, "P" then "F" (a runtime splits a long line)
@@ -28,10 +28,12 @@ import sys
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import yaml
 
+from workload_attribution.contracts.models import Diagnosis
 from workload_attribution.staging.database import sql
 
 # the application's output: the lines a container runtime would have wrapped
@@ -102,19 +104,20 @@ def _times(lines: list[str], tz: str, ref: datetime) -> list[datetime | None]:
 
 def wrap_file(src: Path, dst: Path, envelope: str, tz: str, end: datetime) -> None:
     """Every line of a log file in the envelope, stamped as a runtime would have: with its own
-    time, else the last line's before it (the first stamp's before any); a file without a stamp at
-    all, at the attempt's end (when a dying process's output is flushed)."""
+    time, else the next stamped line's after it (it was written before that one: no line is dated
+    earlier than it may have been), the attempt's end after the last."""
     data = src.read_bytes()
     lines = [x.decode("utf-8", "replace") for x in data.removesuffix(b"\n").split(b"\n")] if data else []
     times = [
         t if t is not None and datetime(1970, 1, 2) <= t < datetime(2200, 1, 1) else None
         for t in _times(lines, tz, end)
     ]
-    last = next((t for t in times if t is not None), end.astimezone(timezone.utc).replace(tzinfo=None))
+    following = end.astimezone(timezone.utc).replace(tzinfo=None)
+    for i in reversed(range(len(times))):
+        following = times[i] = times[i] or following
     out: list[str] = []
     for line, t in zip(lines, times):
-        last = t or last
-        out += ENVELOPES[envelope](line.rstrip("\r"), _stamp(last))
+        out += ENVELOPES[envelope](line.rstrip("\r"), _stamp(t or following))
     dst.write_text("\n".join(out) + ("\n" if out else ""), encoding="utf-8")
 
 
@@ -138,7 +141,7 @@ def has_app_logs(bundle: Path) -> bool:
     return any(f.is_file() for s in WRAPPED_SOURCES for f in (bundle / "logs" / s).glob("**/*"))
 
 
-def verdict(d) -> dict:  # type: ignore[no-untyped-def]
+def verdict(d: Diagnosis) -> dict[str, Any]:
     """What must not change: the verdict and where its root is (node, rank, time)."""
     roots = [s for s in d.symptoms if s.role == "root"]
     first = roots[0] if roots else None
@@ -155,7 +158,9 @@ def verdict(d) -> dict:  # type: ignore[no-untyped-def]
     }
 
 
-def changes(bundles: Iterable[Path], envelopes: Iterable[str], work: Path) -> list[tuple[str, str, dict, dict]]:
+def changes(
+    bundles: Iterable[Path], envelopes: Iterable[str], work: Path
+) -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
     """(bundle, envelope, bare verdict, wrapped verdict) for every wrapping that changed it."""
     from tests.helpers import diagnose
     from workload_attribution.rules.pack import default_pack

@@ -1,7 +1,7 @@
 -- Log-line prefix grammar, as SQL macros (loaded once per staging database).
 --
---   line := [envelope] [pdsh host] [syslog header] [outer timestamp] [CRI stream] [rank prefix]{0,2}
---           [inner timestamp] body
+--   line := [envelope] [pdsh host] [syslog header] [outer timestamp] [CRI stream] [own timestamp]
+--           [rank prefix]{0,2} [inner timestamp] body
 --
 --   envelope       Docker's json-file log line {"log": "...\n", "stream": ..., "time": ...}: the line is
 --                  its `log`, decoded, and its `time` is the line's (a collector's time wins)
@@ -11,7 +11,11 @@
 --   outer time     what a collector (journald, Loki export, promtail, kubectl logs --timestamps),
 --                  syslog or the kernel wrote
 --   CRI stream     "stdout F " / "stderr P " that the container runtime (CRI log format) writes
---                  after its time
+--                  after its time (a line it split in "P" records is joined at the scan:
+--                  connectors/sql/scan_partial.sql)
+--   own time       after an outer time, the time the line carried before a runtime or a collector
+--                  (a CRI record, kubectl logs --timestamps) wrapped it: read as the bare line's
+--                  outer time would be, so the rank prefix behind it is still found
 --   rank prefix    what a launcher put in front of a process's output ([rank3]:, 3: ...)
 --   inner time     what the application printed (ISO, glog; syslog's, ctime and UCX's when relayed)
 --
