@@ -303,10 +303,10 @@ def _scan(con: duckdb.DuckDBPyConnection, queries: dict[str, str], batch: list[t
     """One statement splits and pre-filters a batch of pieces into raw_lines (the pieces holding a
     runtime's partial records, another that joins them first); the pieces that may have lines with
     bad bytes or too long are counted by a second one."""
-    split = [(s, p) for s, p in batch if holds_partial_records(p.text)]
+    parts = [holds_partial_records(p.text) for _, p in batch]
     for name, pieces in (
-        ("scan_text.sql", [x for x in batch if not holds_partial_records(x[1].text)]),
-        ("scan_partial.sql", split),
+        ("scan_text.sql", [x for x, split in zip(batch, parts) if not split]),
+        ("scan_partial.sql", [x for x, split in zip(batch, parts) if split]),
     ):
         if pieces:
             con.execute(
