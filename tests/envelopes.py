@@ -195,11 +195,13 @@ def main(argv: list[str] | None = None) -> int:
             if has_app_logs(p.parent)
         }
     )
+    changed = []
     with tempfile.TemporaryDirectory() as tmp:
-        changed = changes(bundles, args.envelopes, Path(tmp))
-    for name, env, bare, got in changed:
-        diff = {k: (bare[k], got[k]) for k in bare if bare[k] != got[k]}
-        print(f"{name} [{env}]: {diff}")
+        for b in bundles:  # each bundle's changes printed as they are found
+            for name, env, bare, got in changes([b], args.envelopes, Path(tmp)):
+                changed.append(name)
+                diff = {k: (bare[k], got[k]) for k in bare if bare[k] != got[k]}
+                print(f"{name} [{env}]: {diff}", flush=True)
     n = len(bundles) * len(args.envelopes)
     print(f"{len(changed)} of {n} wrappings changed ({len(bundles)} bundles x {len(args.envelopes)} envelopes)")
     return 1 if changed else 0
