@@ -3,10 +3,10 @@ diagnosed as the bare bundle is (terminal_state, sub_domain, affected nodes, roo
 node, rank and time).
 
 Each envelope writes a line as a real runtime or collector does, stamped with the time the bare
-line has (read by the grammar itself); a line with none takes the next stamped line's after it (it
-was written before that one; no line is dated earlier than it may have been), the attempt's end
-after the last. A root the bare bundle cannot date is not compared by its time (the runtime's
-stamp is news):
+bundle gives the line: its own (read by the grammar itself), else the one it inherits (the nearest
+earlier stamp of its rank, staging/sql/inherit_time.sql); a line the bare bundle cannot date takes
+the next stamped line's after it (it was written before that one), the attempt's end after the
+last. A root the bare bundle cannot date is not compared by its time (the runtime's stamp is news):
 
   cri             containerd / CRI-O:  2026-11-20T10:00:02.123456789Z stderr F <line>
   cri-partial     the same line split in two records, "P" then "F" (a runtime splits a long line)
@@ -35,6 +35,7 @@ import yaml
 
 from workload_attribution.contracts.models import Diagnosis
 from workload_attribution.staging.database import sql
+from workload_attribution.staging.normalize import CONTEXT_LINES
 
 # the application's output: the lines a container runtime would have wrapped
 WRAPPED_SOURCES = ("app",)
@@ -87,34 +88,38 @@ ENVELOPES: dict[str, Callable[[str, str], list[str]]] = {
 }
 
 
-def _times(lines: list[str], tz: str, ref: datetime) -> list[datetime | None]:
-    """Each line's time as the grammar reads the bare line (naive UTC), None when it has none."""
+def _parsed(lines: list[str], tz: str, ref: datetime) -> list[tuple[datetime | None, int | None]]:
+    """Each line's (time, rank) as the grammar reads the bare line (naive UTC); no time: None."""
     con = duckdb.connect()
     try:
         con.execute(sql("log_time_macros.sql"))
         got = con.execute(
-            "SELECT log_time(l, $tz, $ref) FROM (SELECT unnest($lines) AS l, generate_subscripts($lines, 1) AS i) "
-            "ORDER BY i",
+            "SELECT p['ts'], p['rank'] FROM (SELECT parse_log_line(l, $tz, $ref) AS p, i "
+            "FROM (SELECT unnest($lines) AS l, generate_subscripts($lines, 1) AS i)) ORDER BY i",
             {"lines": lines, "tz": tz, "ref": ref.replace(tzinfo=None)},
         ).fetchall()
     finally:
         con.close()
-    return [r[0] for r in got]
+    return [(t if t is not None and datetime(1970, 1, 2) <= t < datetime(2200, 1, 1) else None, r) for t, r in got]
 
 
 def wrap_file(src: Path, dst: Path, envelope: str, tz: str, end: datetime) -> None:
     """Every line of a log file in the envelope, stamped as a runtime would have: with its own
-    time, else the next stamped line's after it (it was written before that one: no line is dated
-    earlier than it may have been), the attempt's end after the last."""
+    time; a line with none with the time the bare bundle gives it (the stamp of the nearest earlier
+    line of its rank within CONTEXT_LINES: staging/sql/inherit_time.sql), else the next stamped
+    line's after it (it was written before that one), the attempt's end after the last."""
     data = src.read_bytes()
     lines = [x.decode("utf-8", "replace") for x in data.removesuffix(b"\n").split(b"\n")] if data else []
-    times = [
-        t if t is not None and datetime(1970, 1, 2) <= t < datetime(2200, 1, 1) else None
-        for t in _times(lines, tz, end)
-    ]
+    parsed = _parsed(lines, tz, end)
+    times = [t for t, _ in parsed]
+    for i, (t, rank) in enumerate(parsed):
+        if t is None:
+            earlier = parsed[max(0, i - CONTEXT_LINES) : i]
+            times[i] = next((u for u, r in reversed(earlier) if u is not None and (rank is None or r == rank)), None)
     following = end.astimezone(timezone.utc).replace(tzinfo=None)
     for i in reversed(range(len(times))):
-        following = times[i] = times[i] or following
+        following = parsed[i][0] or following
+        times[i] = times[i] or following
     out: list[str] = []
     for line, t in zip(lines, times):
         out += ENVELOPES[envelope](line.rstrip("\r"), _stamp(t or following))
