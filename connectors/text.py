@@ -15,6 +15,8 @@ nothing about the attempt, and its coverage says so.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -122,14 +124,18 @@ def scan_files(
     # Hyperscan finds the lines holding a literal and only those go to DuckDB, each as a piece of
     # one line the query keeps whole; without it DuckDB splits every piece and tests every line
     # (staging/prefilter.py). Either way the same statement numbers, trims and cuts what is kept.
+    # A piece holding a runtime's partial records joins them first, then pre-filters in DuckDB.
     lines = matcher(tuple(sorted(set(prefilter)))) if engine() == "hyperscan" else None
-    query = render(
-        "scan_text.sql",
-        SQL_DIR,
-        pieces="(SELECT unnest($ids) AS file_id, unnest($firsts) AS first, unnest($texts) AS content)",
-        prefilter="true" if lines is not None else contains_any("x", prefilter),
-        max_line=MAX_LINE,
-    )
+    queries = {
+        name: render(
+            name,
+            SQL_DIR,
+            pieces="(SELECT unnest($ids) AS file_id, unnest($firsts) AS first, unnest($texts) AS content)",
+            prefilter="true" if lines is not None and name == "scan_text.sql" else contains_any("x", prefilter),
+            max_line=MAX_LINE,
+        )
+        for name in ("scan_text.sql", "scan_partial.sql")
+    }
     # the files' ids drawn in one statement (one per file cost a statement each: 2,000 files, 0.2 s)
     ids = sorted(r[0] for r in con.execute("SELECT nextval('file_seq') FROM range($n)", {"n": len(files)}).fetchall())
     batch: list[tuple[_File, Piece]] = []
@@ -144,19 +150,19 @@ def scan_files(
                 if plain.problem:
                     stats.corrupt.append(f"{f.ref}: {plain.problem}")
                 if plain.path is not None:
-                    for piece in read_pieces(plain.path, read, PIECE_BYTES, MAX_LINE):
+                    for piece in whole_records(read_pieces(plain.path, read, PIECE_BYTES, MAX_LINE)):
                         _facts(state, piece)
                         batch.append((state, piece))
                         size += len(piece.text)
                         if size >= PIECE_BYTES:
-                            _scan(con, query, batch, lines)
+                            _scan(con, queries, batch, lines)
                             batch, size = [], 0
         except OSError as exc:  # unreadable, vanished, swapped for a FIFO: this file, not the source
             state.error = f"{f.ref}: {exc.strerror or exc}"
         state.long += read.cut_lines
         state.cut_bytes += read.cut_bytes
     if batch:
-        _scan(con, query, batch, lines)
+        _scan(con, queries, batch, lines)
     _record(con, done, source, connector, stats)
     for s in done:
         if s.error:
@@ -164,6 +170,88 @@ def scan_files(
         elif s.f.node and s.nonblank:
             stats.nodes.add(s.f.node)
     return stats
+
+
+# A container runtime's partial record: CRI's "P" tag after its time, Docker json-file's `log`
+# without its final newline (its fields come in the order Docker's JSONLog declares them).
+_CRI_PARTIAL = re.compile(r"^\S+ (std(?:out|err)) P(?: |$)")
+_DOCKER_PARTIAL = re.compile(r'^\{"log":"(?:[^"\\]|\\.)*(?<!\\n)","stream":"(\w*)"')
+_CRI_RECORD = re.compile(r"^\S+ (std(?:out|err)) [PF](?: |$)")
+_DOCKER_RECORD = re.compile(r'^\{"log":"(?:[^"\\]|\\.)*","stream":"(\w*)"')
+# A run of parts carried to the next piece grows to at most this before it is scanned as it is.
+MAX_CARRY = 4 * MAX_LINE
+# Walking back from a piece's end, a stream not met in this many lines has no part open.
+OPEN_LOOKBACK = 256
+
+
+def holds_partial_records(text: str) -> bool:
+    """Whether a piece may hold a runtime's partial record (cheap tests first: most pieces hold none)."""
+    if " stdout P" in text or " stderr P" in text:
+        return True
+    return '{"log":"' in text and re.search(r'(?<!\\n)","stream":"', text) is not None
+
+
+def _partial_stream(line: str) -> str | None:
+    """The stream of a partial record ('cri:stderr', 'docker:stdout'), None for any other line."""
+    m = _CRI_PARTIAL.match(line)
+    if m:
+        return f"cri:{m.group(1)}"
+    m = _DOCKER_PARTIAL.match(line) if line.startswith('{"log":"') else None
+    return f"docker:{m.group(1)}" if m else None
+
+
+def whole_records(pieces: Iterator[Piece]) -> Iterator[Piece]:
+    """Pieces that never end inside a line a runtime split: a piece ending in partial records
+    gives them, and the lines of other streams among them, to the next piece (up to MAX_CARRY)."""
+    carry: Piece | None = None
+    for p in pieces:
+        if carry is not None:
+            p = Piece(f"{carry.text}\n{p.text}", carry.first, carry.lines + p.lines, carry.lenient or p.lenient)
+            carry = None
+        cut = _open_tail(p.text)
+        if cut is None or len(p.text) - cut > MAX_CARRY:
+            yield p
+            continue
+        n = p.text.count("\n", cut) + 1
+        if cut > 0:
+            yield Piece(p.text[: cut - 1], p.first, p.lines - n, p.lenient)
+        carry = Piece(p.text[cut:], p.first + p.lines - n, n, p.lenient)
+    if carry is not None:
+        yield carry
+
+
+def _open_tail(text: str) -> int | None:
+    """Where the first run of partial records still open at the piece's end starts (a line's
+    offset), None when none is: walked back from the end until each stream met has its latest
+    record whole, or its open run's start (both streams met, or OPEN_LOOKBACK lines with none open)."""
+    if not holds_partial_records(text[-MAX_CARRY:]):
+        return None
+    latest: dict[str, bool] = {}  # stream -> its run still open (walking back: not yet its start)
+    start, end, walked = None, len(text), 0
+    while end >= 0 and len(text) - end <= MAX_CARRY:
+        nl = text.rfind("\n", 0, end)
+        line = text[nl + 1 : end]
+        stream = _stream_of(line)
+        if stream is not None:
+            partial = _partial_stream(line) is not None
+            if stream not in latest or latest[stream]:
+                latest[stream] = partial
+                if partial:
+                    start = nl + 1
+        walked += 1
+        if not any(latest.values()) and (len(latest) >= 2 or walked >= OPEN_LOOKBACK):
+            break
+        end = nl if nl >= 0 else -1
+    return start
+
+
+def _stream_of(line: str) -> str | None:
+    """A runtime record's stream, whole or partial."""
+    m = _CRI_RECORD.match(line)
+    if m:
+        return f"cri:{m.group(1)}"
+    m = _DOCKER_RECORD.match(line) if line.startswith('{"log":"') else None
+    return f"docker:{m.group(1)}" if m else None
 
 
 def _compressed(path: Path) -> bool:
@@ -218,24 +306,29 @@ def _may_hold_long(text: str) -> bool:
 
 
 def _scan(
-    con: duckdb.DuckDBPyConnection, query: str, batch: list[tuple[_File, Piece]], lines: LineMatcher | None
+    con: duckdb.DuckDBPyConnection, queries: dict[str, str], batch: list[tuple[_File, Piece]], lines: LineMatcher | None
 ) -> None:
     """One statement splits and pre-filters a batch of pieces into raw_lines (with `lines`, the
-    lines Hyperscan found, each its own piece); the pieces that may have lines with bad bytes or
+    lines Hyperscan found, each its own piece; the pieces holding a runtime's partial records,
+    another statement that joins them first); the pieces that may have lines with bad bytes or
     too long are counted by a second one."""
+    split = [holds_partial_records(p.text) for _, p in batch]
+    whole = [x for x, parted in zip(batch, split, strict=True) if not parted]
     if lines is None:
-        pieces = [(s.file_id, p.first, p.text) for s, p in batch]
+        plain = [(s.file_id, p.first, p.text) for s, p in whole]
     else:
-        pieces = [(s.file_id, p.first + i, line) for s, p in batch for i, line in lines.lines(p.text)]
-    if pieces:
-        con.execute(
-            query,
-            {
-                "ids": [file_id for file_id, _, _ in pieces],
-                "firsts": [first for _, first, _ in pieces],
-                "texts": [text for _, _, text in pieces],
-            },
-        )
+        plain = [(s.file_id, p.first + i, line) for s, p in whole for i, line in lines.lines(p.text)]
+    joined = [(s.file_id, p.first, p.text) for (s, p), parted in zip(batch, split, strict=True) if parted]
+    for name, pieces in (("scan_text.sql", plain), ("scan_partial.sql", joined)):
+        if pieces:
+            con.execute(
+                queries[name],
+                {
+                    "ids": [file_id for file_id, _, _ in pieces],
+                    "firsts": [first for _, first, _ in pieces],
+                    "texts": [text for _, _, text in pieces],
+                },
+            )
     odd = [(s, p, _may_hold_long(p.text)) for s, p in batch]
     odd = [(s, p, long) for s, p, long in odd if long or p.lenient]
     if not odd:

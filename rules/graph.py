@@ -89,6 +89,7 @@ def check(pack: Pack) -> tuple[list[RuleFileError], list[str]]:
             errors.append(RuleFileError(rule.path, rule.id, "produces", f"{name} is defined by no rule's symptoms"))
         errors += _check_consumes(g, rule)
         errors += _check_sql(g, rule, made)
+        errors += _check_emitted(pack, rule, made)
         extract = {r.id for r in pack.by_phase("extract")}
         for other in rule.overrides:
             if other not in extract or other == rule.id:
@@ -137,6 +138,28 @@ def _check_sql(g: Graph, rule: Rule, made: dict[str, set[str]]) -> list[RuleFile
             RuleFileError(rule.path, rule.id, "sql", f"names kind {kind!r}, which it neither produces nor consumes")
         )
     return errors
+
+
+def _check_emitted(pack: Pack, rule: Rule, made: dict[str, set[str]]) -> list[RuleFileError]:
+    """Every symptom the rule's code can emit (rules/emits.py: a constant of its symptom column, in
+    any CASE or UNION branch) is one it says it produces: found without running its tests."""
+    from workload_attribution.rules.emits import rule_symptoms
+
+    if rule.output != "events":
+        return []
+    emitted = rule_symptoms(pack, rule)
+    if emitted is None:
+        return []
+    return [
+        RuleFileError(
+            rule.path,
+            rule.id,
+            "produces",
+            f"its {'SQL' if rule.sql else 'code'} emits {name!r}, which it does not declare",
+        )
+        for name in sorted(emitted.names)
+        if not any(fnmatch.fnmatchcase(name, d) or fnmatch.fnmatchcase(d, name) for d in made)
+    ]
 
 
 def _unread(g: Graph) -> list[str]:

@@ -79,17 +79,23 @@ def _rule_reads(rule: Rule, table: str, modules: dict[str, str | None]) -> bool 
 def sql_tables(sql: str) -> frozenset[str] | None:
     """The names a SELECT reads from as tables (a CTE's name among them), lower-cased; None when it
     does not parse."""
+    tree = parse_sql(sql)
+    if tree is None:
+        return None
+    found: set[str] = set()
+    _walk(tree, found)
+    return frozenset(found)
+
+
+def parse_sql(sql: str) -> dict[str, Any] | None:
+    """DuckDB's parse tree of a statement (json_serialize_sql: no binding); None when it does not parse."""
     con = duckdb.connect()
     try:
         row = con.execute("SELECT json_serialize_sql(?::VARCHAR)", [sql]).fetchone()
     finally:
         con.close()
     tree = json.loads(row[0]) if row else {"error": True}
-    if tree.get("error"):
-        return None
-    found: set[str] = set()
-    _walk(tree, found)
-    return frozenset(found)
+    return None if tree.get("error") else tree
 
 
 def _walk(node: Any, found: set[str]) -> None:

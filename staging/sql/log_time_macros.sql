@@ -1,7 +1,7 @@
 -- Log-line prefix grammar, as SQL macros (loaded once per staging database).
 --
---   line := [envelope] [pdsh host] [syslog header] [outer timestamp] [CRI stream] [rank prefix]{0,2}
---           [inner timestamp] body
+--   line := [envelope] [pdsh host] [syslog header] [outer timestamp] [CRI stream] [own timestamp]
+--           [rank prefix]{0,2} [inner timestamp] body
 --
 --   envelope       Docker's json-file log line {"log": "...\n", "stream": ..., "time": ...}: the line is
 --                  its `log`, decoded, and its `time` is the line's (a collector's time wins)
@@ -11,7 +11,11 @@
 --   outer time     what a collector (journald, Loki export, promtail, kubectl logs --timestamps),
 --                  syslog or the kernel wrote
 --   CRI stream     "stdout F " / "stderr P " that the container runtime (CRI log format) writes
---                  after its time
+--                  after its time (a line it split in "P" records is joined at the scan:
+--                  connectors/sql/scan_partial.sql)
+--   own time       after an outer time, the time the line carried before a runtime or a collector
+--                  (a CRI record, kubectl logs --timestamps) wrapped it: read as the bare line's
+--                  outer time would be, so the rank prefix behind it is still found
 --   rank prefix    what a launcher put in front of a process's output ([rank3]:, 3: ...)
 --   inner time     what the application printed (ISO, glog; syslog's, ctime and UCX's when relayed)
 --
@@ -277,39 +281,50 @@ CREATE OR REPLACE MACRO parse_log_line(line, tz, ref) AS (
          o4 AS (SELECT ry, r2000, ev, header_time, head, outer_ts,
                        CASE WHEN lt_at(s2b, 1) = 's' AND regexp_matches(s2b, '^std(?:out|err) [FP](?: |$)')
                             THEN substr(s2b, 10) ELSE s2b END AS s3 FROM o3),
+         -- the line's own time inside a runtime's or a collector's (a CRI record, kubectl logs
+         -- --timestamps): what would be the outer time of the line bare, before its rank prefix
+         m0 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, s3,
+                       CASE WHEN outer_ts IS NOT NULL THEN s3 END AS w3 FROM o4),
+         m1 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, s3, lt_iso_re(w3) AS g_miso, lt_glog_re(w3) AS g_mglog,
+                       lt_rfc3164_re(w3) AS g_m3164, lt_ctime_re(w3) AS g_mctime FROM m0),
+         m2 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, s3,
+                       coalesce(lt_iso_of(g_miso), lt_glog_of(g_mglog, ry, r2000), lt_ctime_of(g_mctime),
+                                lt_rfc3164_of(g_m3164, ry, r2000)) AS m FROM m1),
+         m3 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, lt_zoned(m['at'], m['z'], tz) AS mid_ts,
+                       CASE WHEN m IS NULL THEN s3 ELSE substr(s3, m['len'] + 1) END AS s3m FROM m2),
          -- up to two rank prefixes: a launcher's label around a process's own (" 0: [rank0]: ...")
-         k0 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, s3, lt_rank_re(s3) AS g_r1 FROM o4),
-         k1 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, s3, lt_rank_of(g_r1) AS r1 FROM k0),
-         k2 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, substr(s3, coalesce(r1['len'], 0) + 1) AS s4 FROM k1),
-         k3 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, s4, lt_rank_re(s4) AS g_r2 FROM k2),
-         k4 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, s4, lt_rank_of(g_r2) AS r2 FROM k3),
-         k5 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, r2,
+         k0 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, s3m AS s3, lt_rank_re(s3m) AS g_r1 FROM m3),
+         k1 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, s3, lt_rank_of(g_r1) AS r1 FROM k0),
+         k2 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, substr(s3, coalesce(r1['len'], 0) + 1) AS s4 FROM k1),
+         k3 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, s4, lt_rank_re(s4) AS g_r2 FROM k2),
+         k4 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, s4, lt_rank_of(g_r2) AS r2 FROM k3),
+         k5 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2,
                        substr(s4, coalesce(r2['len'], 0) + 1) AS s5 FROM k4),
          -- the application's own time, which may follow the rank prefix after a blank: ISO, glog, and
          -- the forms of lines a launcher relays (syslog's, ctime, UCX's epoch seconds)
-         i0 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, r2, s5, ltrim(s5) AS t5 FROM k5),
-         i1 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, r1, r2, s5, t5, lt_iso_re(t5) AS g_iiso,
+         i0 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, ltrim(s5) AS t5 FROM k5),
+         i1 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, t5, lt_iso_re(t5) AS g_iiso,
                        lt_glog_re(t5) AS g_iglog, lt_rfc3164_re(t5) AS g_i3164, lt_ctime_re(t5) AS g_ictime,
                        lt_uptime_re(t5) AS g_iup FROM i0),
-         i2 AS (SELECT ev, header_time, head, outer_ts, r1, r2, s5, t5,
+         i2 AS (SELECT ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, t5,
                        coalesce(lt_iso_of(g_iiso), lt_glog_of(g_iglog, ry, r2000), lt_ctime_of(g_ictime),
                                 lt_rfc3164_of(g_i3164, ry, r2000), lt_uptime_of(g_iup)) AS i FROM i1),
-         i3 AS (SELECT ev, header_time, head, outer_ts, r1, r2, lt_zoned(i['at'], i['z'], tz) AS inner_ts,
+         i3 AS (SELECT ev, header_time, head, outer_ts, mid_ts, r1, r2, lt_zoned(i['at'], i['z'], tz) AS inner_ts,
                        CASE WHEN i IS NULL THEN s5 ELSE substr(t5, i['len'] + 1) END AS rest FROM i2),
          -- times written in the text rather than in front of it, in RFC 3339: RFC 5424's header (which
          -- wins, it is the record's), else, when nothing else dated the line, a time its message states
          -- (and the envelope's time, read here: one RFC 3339 reading for all three)
-         t0 AS (SELECT ev, header_time, head, outer_ts, r1, r2, inner_ts, rest, lt_iso_re(
+         t0 AS (SELECT ev, header_time, head, outer_ts, mid_ts, r1, r2, inner_ts, rest, lt_iso_re(
                     CASE WHEN ev IS NOT NULL THEN ev
                          WHEN header_time IS NOT NULL AND header_time <> '-' THEN header_time
                          WHEN header_time IS NULL AND coalesce(outer_ts, inner_ts) IS NULL THEN lt_cancelled_at_re(rest)
                          ELSE '' END) AS g_w FROM i3),
-         t1 AS (SELECT ev, header_time, head, outer_ts, r1, r2, inner_ts, rest, lt_iso_of(g_w) AS w FROM t0),
-         t2 AS (SELECT ev, header_time, head, outer_ts, r1, r2, inner_ts, rest,
+         t1 AS (SELECT ev, header_time, head, outer_ts, mid_ts, r1, r2, inner_ts, rest, lt_iso_of(g_w) AS w FROM t0),
+         t2 AS (SELECT ev, header_time, head, outer_ts, mid_ts, r1, r2, inner_ts, rest,
                        lt_zoned(w['at'], w['z'], tz) AS written_ts FROM t1)
     SELECT {'ts': CASE WHEN ev IS NOT NULL THEN written_ts
-                       WHEN header_time IS NOT NULL THEN coalesce(written_ts, outer_ts, inner_ts)
-                       ELSE coalesce(outer_ts, inner_ts, written_ts) END,
+                       WHEN header_time IS NOT NULL THEN coalesce(written_ts, outer_ts, mid_ts, inner_ts)
+                       ELSE coalesce(outer_ts, mid_ts, inner_ts, written_ts) END,
             -- PyTorch's [rankN] is the global rank whatever launched it; otherwise the outermost label
             'rank': CASE WHEN r2['global'] THEN r2['rank'] ELSE coalesce(r1['rank'], r2['rank']) END,
             'body': CASE WHEN coalesce(head, '') = '' THEN rest WHEN rest = '' THEN head ELSE head || ' ' || rest END}

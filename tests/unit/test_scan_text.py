@@ -201,3 +201,52 @@ def test_the_real_limits_on_a_file_of_several_pieces(staging, tmp_path, monkeypa
         for i in range(200_000):
             f.write(b"more noise %d Xid\n" % i if i % 1013 == 0 else b"more noise %d\n" % i)
     agree(staging, [path], text.PIECE_BYTES, text.MAX_LINE, monkeypatch)
+
+
+def _runtime_file(lines: list[str], cuts: list[int], docker: bool) -> tuple[str, list[tuple[int, str]]]:
+    """A container runtime's log of `lines` on stderr, each split in parts at `cuts` (a "P"/partial
+    record per part but the last), with a stdout record between the parts; and the stderr lines
+    as the scan must join them (numbered at their first part)."""
+    import json
+
+    out, want = [], []
+    t = "2026-11-20T10:00:02.123456789Z"
+
+    def record(stream: str, part: str, last: bool) -> str:
+        if docker:
+            return json.dumps(
+                {"log": part + ("\n" if last else ""), "stream": stream, "time": t},
+                ensure_ascii=False,
+                separators=(",", ":"),
+            )
+        return f"{t} {stream} {'F' if last else 'P'} {part}"
+
+    for k, line in enumerate(lines):
+        at = sorted({c % (len(line) + 1) for c in cuts[k : k + 2]})
+        parts = [line[a:b] for a, b in zip([0, *at], [*at, len(line)])]
+        want.append((len(out) + 1, record("stderr", line, True)))
+        for i, part in enumerate(parts):
+            out.append(record("stderr", part, i == len(parts) - 1))
+            if i == 0:
+                out.append(record("stdout", "progress 10%", True))
+    return "\n".join(out) + "\n", want
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    cuts=st.lists(st.integers(0, 60), min_size=8, max_size=8),
+    piece_bytes=st.sampled_from([16, 64, 200, 4096]),
+    docker=st.booleans(),
+)
+def test_a_line_a_runtime_split_is_joined_before_the_prefilter(
+    staging, tmp_path_factory, monkeypatch, cuts, piece_bytes, docker
+):
+    lines = ["[rank3]: Xid 79 on the bus", "noise", "a b c d e f", "[rank0]: ValueError: é€ bad value", "x"]
+    data, want = _runtime_file(lines, cuts, docker)
+    path = tmp_path_factory.mktemp("runtime") / "h1.log"
+    path.write_text(data)
+    stats, rows = scanned(staging, [path], piece_bytes, 1 << 20, monkeypatch)
+    assert rows["h1.log"]["lines"] == data.count("\n")
+    # every line holding a literal is kept whole, at its first part, wherever the runtime cut it
+    kept = [(n, line) for n, line in want if any(p in line for p in PREFILTER)]
+    assert rows["h1.log"]["hits"] == kept
