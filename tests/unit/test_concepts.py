@@ -232,5 +232,5 @@ KNOWN_MISSES = {
     ("storage-nfs-lost-locks", "casing"): "NFS's 'Lost N locks' has no general storage word",
     ("storage-beegfs-communication-error", "casing"): "'communication error' is a storage failure only for BeeGFS",
     ("storage-beegfs-unable-to-connect", "casing"): "'unable to connect' is a storage failure only for BeeGFS",
-    ("lsf-term-cwd-notexist", "casing"): "LSF's word for a missing mount; the host-filesystem concept reads kernel logs",
+    ("lsf-term-cwd-notexist", "casing"): "LSF's word for a lost mount; the host-filesystem concept reads kernel logs",
 }
