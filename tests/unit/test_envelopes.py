@@ -21,6 +21,7 @@ BUNDLES = [
 ]
 
 
+@pytest.mark.slow  # 6 bundles in 6 envelopes, each diagnosed: one to two minutes of one core
 @pytest.mark.parametrize("bundle", BUNDLES, ids=lambda b: b.name)
 def test_an_envelope_changes_no_verdict(bundle, tmp_path):
     assert changes([bundle], ENVELOPES, tmp_path) == []

@@ -90,6 +90,10 @@ CASES: dict[str, list[Case]] = {
         (2, lambda t: ["eval", str(t), "--min-exact", "95"], "--min-exact"),
         (4, lambda t: ["eval", str(eval_dir(t, right=False))], "under --min-exact 1"),
     ],
+    "diff": [
+        (0, lambda t: ["diff", str(WORKED), "--against", str(WORKED)], "xid149-worked"),
+        (2, lambda t: ["diff", str(t / "nope"), "--against", str(WORKED)], "not a bundle"),
+    ],
     "query": [
         (0, lambda t: ["query", "--list"], "failures_per_host"),
         (2, lambda t: ["query", "SELECT 1", "--warehouse", str(t / "missing.duckdb")], "no warehouse yet"),
@@ -217,7 +221,7 @@ def test_a_bug_is_1_in_one_line_for_every_command(command, monkeypatch, capsys):
 
     monkeypatch.setattr(module, "run", bug)
     required = {"rules": ["list"], "eval": ["."], "topology": ["load", "f", "--cluster", "c"], "config": ["check"]}
-    required |= {"token": ["list"], "actions": ["list"], "archive": ["usage"]}
+    required |= {"token": ["list"], "actions": ["list"], "archive": ["usage"], "diff": [".", "--against", "."]}
     assert main([command, *required.get(command, [])]) == 1
     err = capsys.readouterr().err
     assert err.startswith("attribution: internal error: KeyError:") and "--debug" in err and err.count("\n") == 1

@@ -102,6 +102,7 @@ def _without_timings(value: Any) -> Any:
 
 
 @needs_hyperscan
+@pytest.mark.slow  # 15 bundles diagnosed on each engine
 def test_both_engines_give_the_same_diagnoses(monkeypatch: pytest.MonkeyPatch) -> None:
     from workload_attribution.contracts.identity import Target
     from workload_attribution.flows.config import load_config
