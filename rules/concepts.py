@@ -200,22 +200,29 @@ def code_regex(code: str) -> str:
 
 @lru_cache(maxsize=4096)
 def phrase_literals(phrase: str) -> tuple[str, ...]:
-    """The spellings of a phrase the scan keeps lines by: its words joined by a space in every
-    case, by `_` lower and upper, and CamelCase; a short acronym (`OOM`) only as written, and so
-    matched: a `where` acronym (`GPU`, `HIP`) may start an identifier, in any case."""
+    """The spellings of a phrase the scan keeps lines by: as written, with its first word or every
+    word capitalised, in upper and in lower case, its words joined by a space, `_` (upper and
+    lower) or nothing (CamelCase); a word written with capitals (`NaN`, `I/O`) keeps them in all
+    but the upper and lower forms. A short acronym (`OOM`) only as written."""
     tokens = phrase.split()
     if _acronym(tokens):
         return (tokens[0],)
-    lower = [t.lower() for t in tokens]
+
+    def cap(t: str) -> str:
+        return t if t != t.lower() else t[:1].upper() + t[1:]
+
+    written = tokens
+    first = [cap(tokens[0]), *tokens[1:]]
+    title = [cap(t) for t in tokens]
     out = {
-        phrase,
-        " ".join(lower),
-        " ".join(lower).upper(),
-        " ".join(lower).capitalize(),
-        " ".join(t.capitalize() for t in lower),
-        "_".join(lower),
-        "_".join(lower).upper(),
-        "".join(t.capitalize() for t in lower),
+        " ".join(written),
+        " ".join(first),
+        " ".join(title),
+        " ".join(tokens).upper(),
+        " ".join(tokens).lower(),
+        "_".join(tokens).lower(),
+        "_".join(tokens).upper(),
+        "".join(title),
     }
     return tuple(sorted(out))
 
@@ -226,7 +233,7 @@ def pattern_literals(pattern: str) -> tuple[str, ...]:
     found = literals_of("regex", pattern)
     if not found or min(len(x) for x in found) < MIN_LITERAL:
         return ()
-    return tuple(sorted({v for lit in found for v in (lit, lit.lower(), lit.upper(), lit.capitalize())}))
+    return tuple(sorted({v for lit in found for v in (lit, lit.lower(), lit.upper(), lit[:1].upper() + lit[1:])}))
 
 
 def load_concepts(folder: Path) -> list[Concept]:
@@ -283,6 +290,7 @@ def table_json(concepts: list[Concept], roles: Mapping[str, str]) -> str:
                 "unless_": c.unless_regex,
                 "any_level": c.any_level,
                 "blame": BLAMES[c.blame],
+                "literals": list(c.literals),
             }
             for i, c in enumerate(concepts, 1)
         ]
@@ -302,6 +310,7 @@ TABLE_SHAPE = json.dumps(
             "unless_": "VARCHAR",
             "any_level": "BOOLEAN",
             "blame": "VARCHAR",
+            "literals": "VARCHAR[]",
         }
     ]
 )

@@ -68,6 +68,7 @@ class _Concept(NamedTuple):
     unless_: str
     any_level: bool
     blame: str
+    literals: tuple[str, ...]
 
 
 def _sql_text(s: str) -> str:
@@ -82,8 +83,15 @@ _AS_WRITTEN = (
 AROUND = 3  # a line's context: the kept lines of its file this many lines either side
 
 
+def _escape(literal: str) -> str:
+    return "".join("\\" + ch if ch in ".^$*+?()[]{}|\\" else ch for ch in literal)
+
+
 def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> None:
-    any_says = _sql_text("|".join(f"(?:{c.says})" for c in concepts))
+    # a line holding one of the concepts' literals (one DFA over plain strings: every line the
+    # scan kept passes through it), not one alternation of every concept's words (case-insensitive
+    # groups and joins: RE2 runs out of DFA and crawls, 200 s over 50,000 lines)
+    any_says = _sql_text("|".join(sorted({_escape(lit) for c in concepts for lit in c.literals})))
     logs = sorted({s for c in concepts for s in c.sources if s in LOG_SOURCES})
     parts = []
     if logs:
@@ -102,6 +110,19 @@ def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> None:
     )
 
 
+def _near(c: _Concept) -> str:
+    """SQL: the staged lines saying the concept whose context a kept line of the same file says,
+    at most AROUND lines away (an exception's message goes on below it: "ResourceExhaustedError:
+    2 root error(s) found." then "(0) ... device:GPU:0"). An equi-join on (path, line number) over
+    each line's few neighbours, not a range join over the file's kept lines."""
+    return (
+        "SELECT b.obs_id FROM concept_lines b CROSS JOIN range(-" + str(AROUND) + ", " + str(AROUND + 1) + ") r(d) "
+        "JOIN log_lines n ON n.path = b.path AND n.lineno = b.lineno + r.d "
+        f"WHERE r.d <> 0 AND b.path IS NOT NULL AND regexp_matches(b.text, {_sql_text(c.says)}) "
+        f"AND regexp_matches(n.text, {_sql_text(c.where_)})"
+    )
+
+
 def _said(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> list[tuple[int, int, list[str], int, str]]:
     """(obs_id, concept_no, words, where they start, text) for every concept a staged line says, in
     its context."""
@@ -114,15 +135,6 @@ def _said(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> list[tupl
             f"regexp_matches(text, {says})",
             f"(source = 'records' OR NOT {_not_said(c, lead)})",
         ]
-        if c.where_:
-            # said on the line, or on a kept line of the block around it (an exception's message
-            # goes on below it: "ResourceExhaustedError: 2 root error(s) found." then "(0) ... GPU:0")
-            where = _sql_text(c.where_)
-            cond.append(
-                f"(regexp_matches(text, {where}) OR (path IS NOT NULL AND EXISTS ("
-                f"SELECT 1 FROM log_lines n WHERE n.path = l.path AND n.lineno BETWEEN l.lineno - {AROUND} "
-                f"AND l.lineno + {AROUND} AND n.obs_id <> l.obs_id AND regexp_matches(n.text, {where}))))"
-            )
         if c.unless_:
             cond.append(f"NOT regexp_matches(text, {_sql_text(c.unless_)})")
         here = f"regexp_matches(text, {_sql_text(c.where_)})" if c.where_ else "true"
@@ -130,6 +142,7 @@ def _said(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> list[tupl
             f"SELECT obs_id, {c.no} AS concept_no, {str(c.decides).lower()} AS decides, {here} AS here, "
             f"regexp_extract_all(text, {says}) AS words, length({lead}) + 1 AS starts, text "
             f"FROM concept_lines l WHERE {' AND '.join(cond)}"
+            + (f" AND ({here} OR obs_id IN ({_near(c)}))" if c.where_ else "")
         )
     # a line's meaning: one that ends an attempt before a cascade, one whose context the line
     # itself says before one its neighbours say, then file order
