@@ -451,33 +451,39 @@ def load_pack(rules_dir: str | Path | None = None, skip_broken: bool = False) ->
 def _load_catalog(
     rules_dir: Path, rules: list[Rule], broken: list[dict[str, str]], skip_broken: bool
 ) -> list[CatalogRow]:
-    """The catalogs' rows. A broken row breaks the catalog, so the rules reading it (diagnosing:
-    they are left out and listed as broken, the rest of the pack decides)."""
+    """The catalogs' rows. A broken row breaks the catalog, so the rules reading it."""
     try:
         return load_catalog(rules_dir / "catalogs")
     except CatalogError as exc:
-        if not skip_broken:
-            raise _as_rule_error(exc) from None
-        for r in [r for r in rules if r.catalog]:
-            rules.remove(r)
-            broken.append({"rule": r.id, "error": f"not loaded: {exc}"})
-        return []
+        return _drop_readers(exc, _as_rule_error(exc), [r for r in rules if r.catalog], rules, broken, skip_broken)
 
 
 def _load_concepts(
     rules_dir: Path, rules: list[Rule], broken: list[dict[str, str]], skip_broken: bool
 ) -> list[Concept]:
-    """The failure concepts. A broken concept file breaks the rules reading them (diagnosing: they
-    are left out and listed as broken, the rest of the pack decides)."""
+    """The failure concepts. A broken concept file breaks the rules reading them."""
     try:
         return load_concepts(rules_dir / "concepts")
     except ConceptError as exc:
-        if not skip_broken:
-            raise _concept_error(exc) from None
-        for r in [r for r in rules if r.concepts]:
-            rules.remove(r)
-            broken.append({"rule": r.id, "error": f"not loaded: {exc}"})
-        return []
+        return _drop_readers(exc, _concept_error(exc), [r for r in rules if r.concepts], rules, broken, skip_broken)
+
+
+def _drop_readers(
+    exc: Exception,
+    error: RuleFileError,
+    readers: list[Rule],
+    rules: list[Rule],
+    broken: list[dict[str, str]],
+    skip_broken: bool,
+) -> list[Any]:
+    """A broken table of the pack raises, or (diagnosing: `skip_broken`) leaves the rules reading it
+    out, listed as broken, and the rest of the pack decides."""
+    if not skip_broken:
+        raise error from None
+    for r in readers:
+        rules.remove(r)
+        broken.append({"rule": r.id, "error": f"not loaded: {exc}"})
+    return []
 
 
 def _as_rule_error(exc: CatalogError) -> RuleFileError:
