@@ -169,7 +169,15 @@ def flips(cand, live):
     return {name: Outcome.of(d) for name, d in again.items() if not Outcome.of(d).decides_as(Outcome.of(live[name]))}
 
 
-@pytest.mark.parametrize("kind", sorted(CHANGES))
+# The default tier replays one change of each way the replay resumes (an extract rule, a verdicts
+# rule, a catalog row, a Python module, a new verdicts rule); the other kinds run in the slow tier
+# (each is 20-45 s of a busy core: replays plus every bundle diagnosed again under the candidate).
+DEFAULT_KINDS = {"extract", "verdict", "catalog row", "python module", "new verdict"}
+
+
+@pytest.mark.parametrize(
+    "kind", [k if k in DEFAULT_KINDS else pytest.param(k, marks=pytest.mark.slow) for k in sorted(CHANGES)]
+)
 def test_impact_names_exactly_the_attempts_a_rule_change_flips(archived, tmp_path, capsys, kind):
     wh, live = archived
     cand = candidate(tmp_path, kind)

@@ -25,24 +25,33 @@ def undecided_by_label(bundle: Path) -> bool:
     return any(e["sub_domain"] in UNDECIDED for e in [exp, *exp.get("also_acceptable", [])])
 
 
-@pytest.fixture(scope="module")
-def real_diagnosed():
-    """Every labelled tests/real bundle, diagnosed: an undecided verdict counts whatever the label."""
-    bundles = sorted(b for b in REAL.iterdir() if (b / "expected.json").is_file())
+LABELLED = sorted(b for b in REAL.iterdir() if (b / "expected.json").is_file())
+# The default tier diagnoses the cases labelled undecided (or accepting it) and every eighth of the
+# rest; the slow tier diagnoses every case (about three minutes of a busy core).
+SAMPLE = [b for b in LABELLED if undecided_by_label(b)] + [b for b in LABELLED if not undecided_by_label(b)][::8]
+
+
+def _diagnosed(bundles: list[Path]) -> dict:
     pack = default_pack()
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip((b.name for b in bundles), pool.map(lambda b: diagnose(b, pack=pack), bundles)))
 
 
 @pytest.fixture(scope="module")
-def real_undecided(real_diagnosed):
-    """Those whose label is, or accepts, an undecided verdict, or whose diagnosis is one."""
-    return {n: d for n, d in real_diagnosed.items() if d.sub_domain in UNDECIDED or undecided_by_label(REAL / n)}
+def sample_diagnosed():
+    """The sample, diagnosed: an undecided verdict counts whatever the label."""
+    return _diagnosed(SAMPLE)
 
 
-def test_every_undecided_case_in_tests_real_names_what_would_settle_it(real_diagnosed):
-    undecided = {n: d for n, d in real_diagnosed.items() if d.sub_domain in UNDECIDED}
-    assert len(undecided) >= 10 and len(real_diagnosed) >= 90
+@pytest.fixture(scope="module")
+def real_diagnosed():
+    """Every labelled tests/real bundle, diagnosed."""
+    return _diagnosed(LABELLED)
+
+
+def _names_what_would_settle_it(diagnosed: dict, at_least: int) -> None:
+    undecided = {n: d for n, d in diagnosed.items() if d.sub_domain in UNDECIDED}
+    assert len(undecided) >= 10 and len(diagnosed) >= at_least
     for name, d in undecided.items():
         assert d.would_settle, f"{name}: {d.sub_domain} names nothing that would settle it"
         coverage = {c.source: c for c in d.coverage}
@@ -54,8 +63,24 @@ def test_every_undecided_case_in_tests_real_names_what_would_settle_it(real_diag
             assert m.reason.startswith(f"{m.source} of ") or m.reason.startswith(f"the job's {m.source}"), m.reason
 
 
-def test_the_missing_kernel_log_of_the_hosts_comes_first(real_undecided):
-    d = real_undecided["nccl-watchdog-no-precursor-milabench-1"]
+def _decided_names_nothing(diagnosed: dict, at_least: int) -> None:
+    """Decided: neither undecided nor a node-level verdict naming no host (that one names what
+    would name the host: tests/unit/test_hosts.py)."""
+    decided = [d for d in diagnosed.values() if d.sub_domain not in UNDECIDED and not unnamed_host(d)]
+    assert len(decided) >= at_least and all(d.would_settle == [] for d in decided)
+
+
+def test_every_undecided_case_of_the_sample_names_what_would_settle_it(sample_diagnosed):
+    _names_what_would_settle_it(sample_diagnosed, at_least=45)
+
+
+@pytest.mark.slow
+def test_every_undecided_case_in_tests_real_names_what_would_settle_it(real_diagnosed):
+    _names_what_would_settle_it(real_diagnosed, at_least=90)
+
+
+def test_the_missing_kernel_log_of_the_hosts_comes_first(sample_diagnosed):
+    d = sample_diagnosed["nccl-watchdog-no-precursor-milabench-1"]
     first = d.would_settle[0]
     assert (first.source, first.hosts) == ("syslog", ["cn-d003", "cn-d004"])
     assert (first.start.isoformat(), first.end.isoformat()) == (
@@ -69,11 +94,13 @@ def test_the_missing_kernel_log_of_the_hosts_comes_first(real_undecided):
     )
 
 
+def test_a_decided_diagnosis_of_the_sample_names_nothing(sample_diagnosed):
+    _decided_names_nothing(sample_diagnosed, at_least=15)
+
+
+@pytest.mark.slow
 def test_a_decided_diagnosis_names_nothing(real_diagnosed):
-    """Decided: neither undecided nor a node-level verdict naming no host (that one names what
-    would name the host: tests/unit/test_hosts.py)."""
-    decided = [d for d in real_diagnosed.values() if d.sub_domain not in UNDECIDED and not unnamed_host(d)]
-    assert len(decided) >= 60 and all(d.would_settle == [] for d in decided)
+    _decided_names_nothing(real_diagnosed, at_least=60)
 
 
 def test_retry_missing_collects_just_what_would_settle_it(tmp_path, capsys):
