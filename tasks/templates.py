@@ -116,6 +116,7 @@ class Template:
     line: int
     raw: str
     time: datetime | None
+    node: str | None = None  # the host its first line's file is of, when the file names one
 
 
 @dataclass
@@ -130,6 +131,7 @@ class Templates:
     lines_cap_hit: bool = False
     lines_over_template_cap: int = 0  # lines of templates past the template cap, counted only
     not_read: list[str] = field(default_factory=list)  # "<ref>: why"
+    notes: list[str] = field(default_factory=list)  # e.g. read back from the warehouse, capped there
 
     @property
     def templates_cap_hit(self) -> bool:
@@ -302,6 +304,7 @@ def _kept(con: duckdb.DuckDBPyConnection, files: list[tuple[str, TextFile]]) -> 
             line=int(first["l"]),
             raw=first["raw"],
             time=stamp.replace(tzinfo=timezone.utc) if stamp else None,
+            node=files[first["f"]][1].node,
         )
     return kept
 
@@ -321,14 +324,14 @@ class Diff:
     changed: list[Changed]
 
 
-def _order(t: Template) -> tuple[int, bool, datetime, str, int]:
+def order_of(t: Template) -> tuple[int, bool, datetime, str, int]:
     """Error level first, then the earliest (stamped lines before unstamped ones), then file order."""
     return (LEVELS.index(t.level), t.time is None, t.time or datetime.max.replace(tzinfo=timezone.utc), t.ref, t.line)
 
 
 def diff(a: Templates, b: Templates) -> Diff:
     """What `a` logged that `b` did not, by template; and the templates whose rate changed."""
-    new = sorted((t for key, t in a.templates.items() if key not in b.templates), key=_order)
+    new = sorted((t for key, t in a.templates.items() if key not in b.templates), key=order_of)
     changed = []
     for key, t in a.templates.items():
         other = b.templates.get(key)
@@ -337,5 +340,5 @@ def diff(a: Templates, b: Templates) -> Diff:
         factor = (t.count / max(a.lines, 1)) / (other.count / max(b.lines, 1))
         if factor >= CHANGED_FACTOR or factor <= 1 / CHANGED_FACTOR:
             changed.append(Changed(t, other.count, factor))
-    changed.sort(key=lambda c: (LEVELS.index(c.template.level), -max(c.factor, 1 / c.factor), _order(c.template)))
+    changed.sort(key=lambda c: (LEVELS.index(c.template.level), -max(c.factor, 1 / c.factor), order_of(c.template)))
     return Diff(new, changed)
