@@ -1,0 +1,125 @@
+"""Novel log templates in doubtful diagnoses (tasks/novelty.py), the templates kept in the warehouse
+(attempt_templates), `attribution diff ... --against last-good`, and the templates_new_this_week view."""
+
+from __future__ import annotations
+
+import io
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import WORKED
+from tests.helpers import diagnose
+from tests.novel_jobs import PLANTED_WORD, make_job
+from workload_attribution.cli import main
+from workload_attribution.cli.diagnose import summary
+from workload_attribution.rules.pack import default_pack
+from workload_attribution.tasks import novelty
+from workload_attribution.warehouse.store import Warehouse
+
+FIRST = 3  # what `attribution diagnose` shows
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def planted_rank(d) -> int | None:
+    """Where the planted message is among the diagnosis' novel templates (1-based), if it is."""
+    for i, n in enumerate(d.novel_templates, 1):
+        if PLANTED_WORD in n.line:
+            return i
+    return None
+
+
+def unknown_to_the_rules(d) -> bool:
+    return not any(PLANTED_WORD in e.text for e in d.evidence)
+
+
+def test_a_planted_message_is_among_the_first_novel_templates_and_diff_shows_it(tmp_path):
+    """The done-when, small: one job's good attempt diagnosed first, then two doubtful attempts
+    (insufficient_evidence, ambiguous) each with a message no rule knows; it is among the first 3
+    novel templates of each (and of `attribution diagnose`'s summary), and `attribution diff ATTEMPT
+    --against last-good` lists it."""
+    job = make_job(tmp_path, seed=1, classes=["insufficient_evidence", "ambiguous"])
+    wh = tmp_path / "w.duckdb"
+    pack = default_pack()
+    good = diagnose(job.good, warehouse=wh, pack=pack)
+    assert good.terminal_state == "completed" and good.novelty is None and good.novel_templates == []
+    for path in job.doubtful:
+        d = diagnose(path, warehouse=wh, pack=pack)
+        assert novelty.doubtful(d) and unknown_to_the_rules(d), (path.name, d.sub_domain, d.confidence)
+        assert d.novelty is not None and d.novelty.baseline_diagnosis_id == good.diagnosis_id
+        rank = planted_rank(d)
+        assert rank is not None and rank <= FIRST, (path.name, [n.line for n in d.novel_templates[:5]])
+        assert d.novel_templates[rank - 1].why.startswith("not in the job's last good attempt")
+        shown = [line for line in summary(d).splitlines() if line.startswith("  novel      :")]
+        assert 1 <= len(shown) <= FIRST + 1 and any(PLANTED_WORD in line for line in shown)
+    code, out, err = cli("diff", str(job.doubtful[0]), "--against", "last-good", "--warehouse", str(wh), "--limit", "3")
+    assert code == 0, err
+    assert "(last-good)" in out.splitlines()[0] and PLANTED_WORD in out
+    # an attempt the warehouse holds, by job and attempt, against the good one by its id
+    named = f"{job.cluster}/{job.job_id}#1"
+    code, out, err = cli("diff", named, "--against", good.diagnosis_id, "--warehouse", str(wh))
+    assert code == 0, err
+    assert PLANTED_WORD in out
+
+
+def test_the_templates_are_kept_once_and_replaced_with_the_diagnosis(tmp_path):
+    """A completed attempt keeps its templates; diagnosing it again (a retry) replaces its rows,
+    never adds to them; a doubtful one with no baseline says there is nothing to compare with."""
+    job = make_job(tmp_path, seed=2, classes=["insufficient_evidence"])
+    wh = tmp_path / "w.duckdb"
+    diagnose(job.good, warehouse=wh)
+    count = "SELECT count(*), count(DISTINCT template), max(templates_total) FROM attempt_templates"
+    first = Warehouse(wh).query(count)[1]
+    assert first[0][0] > 0 and first[0][0] == first[0][1] == first[0][2]
+    diagnose(job.good, warehouse=wh)
+    assert Warehouse(wh).query(count)[1] == first
+    alone = tmp_path / "alone.duckdb"
+    d = diagnose(job.doubtful[0], warehouse=alone)
+    assert d.novel_templates == [] and d.novelty is not None and "nothing to compare with" in (d.novelty.note or "")
+    code, out, err = cli("diff", str(job.doubtful[0]), "--against", "last-good", "--warehouse", str(alone))
+    assert code == 2 and "ended well" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_confident_diagnosis_reads_no_templates(tmp_path, monkeypatch):
+    """The second pass over the bundle is for doubtful and completed attempts only: a confident
+    failure diagnosis costs nothing more, and keeps no rows."""
+    calls: list[Path] = []
+    real = novelty.templates_of
+
+    def counted(bundle: Path, *args, **kwargs):
+        calls.append(Path(bundle))
+        return real(bundle, *args, **kwargs)
+
+    monkeypatch.setattr(novelty, "templates_of", counted)
+    wh = tmp_path / "w.duckdb"
+    d = diagnose(WORKED, warehouse=wh)
+    assert d.confidence == "high" and not novelty.doubtful(d)
+    assert calls == [] and d.novelty is None and d.novel_templates == []
+    assert Warehouse(wh).query("SELECT count(*) FROM attempt_templates")[1] == [(0,)]
+
+
+@pytest.mark.slow
+def test_the_planted_message_is_among_the_first_three_in_95_percent_of_attempts(tmp_path):
+    """The done-when at size: 4 jobs, each with its good attempt diagnosed first and 10 doubtful
+    attempts (insufficient_evidence and ambiguous), each with one message no rule knows."""
+    pack = default_pack()
+    ranks, names = [], []
+    for seed in range(10, 14):
+        job = make_job(tmp_path, seed=seed, classes=["insufficient_evidence", "ambiguous"] * 5)
+        wh = tmp_path / f"w{seed}.duckdb"
+        diagnose(job.good, warehouse=wh, pack=pack)
+        for path in job.doubtful:
+            d = diagnose(path, warehouse=wh, pack=pack)
+            assert novelty.doubtful(d) and unknown_to_the_rules(d), (path, d.sub_domain, d.confidence)
+            ranks.append(planted_rank(d))
+            names.append(path.name)
+    hits = sum(1 for r in ranks if r is not None and r <= FIRST)
+    print(f"planted message among the first {FIRST}: {hits} of {len(ranks)}")
+    assert hits >= 0.95 * len(ranks), list(zip(names, ranks))
