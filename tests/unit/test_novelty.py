@@ -123,3 +123,32 @@ def test_the_planted_message_is_among_the_first_three_in_95_percent_of_attempts(
     hits = sum(1 for r in ranks if r is not None and r <= FIRST)
     print(f"planted message among the first {FIRST}: {hits} of {len(ranks)}")
     assert hits >= 0.95 * len(ranks), list(zip(names, ranks))
+
+
+def test_templates_new_this_week_lists_only_what_no_earlier_attempt_logged(tmp_path):
+    """The analyst view: a template logged this week and never before, by host and job; one an
+    attempt of an earlier week logged too is not new."""
+    from datetime import datetime, timedelta, timezone
+
+    from workload_attribution.warehouse.templates import AttemptTemplates, TemplateRow
+
+    d = diagnose(WORKED, warehouse=None)
+    now = datetime.now(timezone.utc)
+    wh = Warehouse(tmp_path / "w.duckdb")
+
+    def written(job: str, end: datetime, templates: list[str]) -> None:
+        rows = [
+            TemplateRow(t, "error" if "failed" in t else "info", 2, "app", "gb-r12-n02", "logs/app/x.log", i, end, t)
+            for i, t in enumerate(templates, 1)
+        ]
+        attempt = d.attempt.model_copy(update={"job_id": job, "start": end - timedelta(hours=1), "end": end})
+        wh.write(d.model_copy(update={"diagnosis_id": job, "attempt": attempt}), None, AttemptTemplates(rows, 10, 2))
+
+    written("old", now - timedelta(days=10), ["step <*> done", "shared <*> template"])
+    written("new", now, ["shared <*> template", "queue <*> wedged, handshake failed"])
+    cols, rows = wh.query("templates_new_this_week")
+    got = [dict(zip(cols, r)) for r in rows]
+    assert [(r["template"], r["host"], r["job_id"], r["level"], r["attempts_this_week"]) for r in got] == [
+        ("queue <*> wedged, handshake failed", "gb-r12-n02", "new", "error", 1)
+    ]
+    assert got[0]["first"] == "logs/app/x.log:2"
