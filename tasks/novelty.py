@@ -13,11 +13,12 @@ template counted with its first line), and compares the templates with the wareh
   days before this one; a template at most RARE_SHARE of them logged is rare (`why`: "rare in the
   fleet: N of M attempts in 30 days").
 
-The cascade the rules explained (the lines of `cascade` symptoms) is left out; the rest is ranked
-error-level first, then the earliest, and the first LISTED are `novel_templates` (`novelty` says
-what they were compared with and what could not be). Attempts that ended well keep their templates
-too (the baselines); so do the doubtful ones (the fleet's record). A confident failure diagnosis
-reads nothing more: `keeps_templates` is False for it, and no bundle is read.
+What the rules explained (the root cause's lines, and those of its `cascade` symptoms) is left
+out; the rest is ranked error-level first, then the earliest, and the first LISTED are
+`novel_templates` (`novelty` says what they were compared with and what could not be). Attempts
+that ended well keep their templates too (the baselines); so do the doubtful ones (the fleet's
+record). A confident failure diagnosis reads nothing more: `keeps_templates` is False for it, and
+no bundle is read.
 """
 
 from __future__ import annotations
@@ -177,16 +178,16 @@ def novel(d: Diagnosis, t: Templates, wh: Warehouse) -> Diagnosis:
 
     base, base_rows, total, counts = wh.on_writer(lookup)
     known = {r.template for r in base_rows.rows} if base_rows else set()
-    left_out = cascade_templates(d)
+    left_out = explained(d)
     found: list[tuple[Template, str, int]] = []
     for x in t.templates.values():
         if x.template in known or x.template in left_out or f"{x.ref}:{x.line}" in left_out:
             continue
         n = counts.get(x.template, 0)
         if base is not None:
-            why = f"not in the job's last good attempt {base.describe()} ({base.diagnosis_id})"
+            why = f"not in the job's last good attempt ({base.describe()})"
             if total:
-                why += f"; {n} of {total} fleet attempts in {FLEET_DAYS} days logged it"
+                why += f"; fleet: {n} of {total} attempts in {FLEET_DAYS} days"
         elif total and (n == 0 or n / total <= RARE_SHARE):
             why = f"rare in the fleet: {n} of {total} attempts in {FLEET_DAYS} days"
         else:
@@ -242,10 +243,11 @@ def _note(base: StoredAttempt | None, base_rows: AttemptTemplates | None, total:
     return "; ".join(notes) or None
 
 
-def cascade_templates(d: Diagnosis) -> set[str]:
-    """What the rules explained as cascade: its lines' templates (masked as templates_of masks
-    them, with the attempt's hosts) and their `path:line`."""
+def explained(d: Diagnosis) -> set[str]:
+    """What the rules already explained, the root cause's lines and its cascade's: their templates
+    (masked as templates_of masks them, with the attempt's hosts) and their `path:line`."""
     ids = {e for s in d.symptoms if s.role == Role.cascade for e in s.evidence}
+    ids |= set(d.root_cause.evidence) if d.root_cause else set()
     lines = [e for e in d.evidence if e.id in ids]
     if not lines:
         return set()

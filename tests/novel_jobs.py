@@ -60,16 +60,16 @@ def _same_job(path: Path, cluster: str, job_id: str, attempt: int) -> None:
         f.write_text(f.read_text().replace(old, job_id))
 
 
-def make_job(out: Path, seed: int, classes: list[str], app_time: str | None = None) -> Job:
+def make_job(out: Path, seed: int, classes: list[str], app_time: str | None = None, hosts: int | None = None) -> Job:
     """A job: its good attempt, then one doubtful attempt per class in `classes`, each with one
     planted message on a random host's application log at a random time before its failure."""
     rng = random.Random(f"novel:{seed}")
-    good = new_bundle(random.Random(f"novel:{seed}:good"), "completed")
+    good = new_bundle(random.Random(f"novel:{seed}:good"), "completed", n_hosts=hosts)
     good.app_time = app_time or rng.choice(STAMPED)
     CLASSES["completed"](good)
     bundles = []
     for k, cls in enumerate(classes):
-        b = new_bundle(random.Random(f"novel:{seed}:{cls}:{k}"), cls)
+        b = new_bundle(random.Random(f"novel:{seed}:{cls}:{k}"), cls, n_hosts=hosts)
         b.tz, b.app_time, b.rank_style = good.tz, good.app_time, good.rank_style
         for i, h in enumerate(b.hosts):
             h.syslog_form = good.hosts[i % len(good.hosts)].syslog_form

@@ -45,7 +45,7 @@ def test_a_planted_message_is_among_the_first_novel_templates_and_diff_shows_it(
     (insufficient_evidence, ambiguous) each with a message no rule knows; it is among the first 3
     novel templates of each (and of `attribution diagnose`'s summary), and `attribution diff ATTEMPT
     --against last-good` lists it."""
-    job = make_job(tmp_path, seed=1, classes=["insufficient_evidence", "ambiguous"])
+    job = make_job(tmp_path, seed=1, classes=["insufficient_evidence", "ambiguous"], hosts=4)
     wh = tmp_path / "w.duckdb"
     pack = default_pack()
     good = diagnose(job.good, warehouse=wh, pack=pack)
@@ -72,7 +72,7 @@ def test_a_planted_message_is_among_the_first_novel_templates_and_diff_shows_it(
 def test_the_templates_are_kept_once_and_replaced_with_the_diagnosis(tmp_path):
     """A completed attempt keeps its templates; diagnosing it again (a retry) replaces its rows,
     never adds to them; a doubtful one with no baseline says there is nothing to compare with."""
-    job = make_job(tmp_path, seed=2, classes=["insufficient_evidence"])
+    job = make_job(tmp_path, seed=2, classes=["insufficient_evidence"], hosts=4)
     wh = tmp_path / "w.duckdb"
     diagnose(job.good, warehouse=wh)
     count = "SELECT count(*), count(DISTINCT template), max(templates_total) FROM attempt_templates"
