@@ -125,14 +125,30 @@ def test_the_planted_message_is_among_the_first_three_in_95_percent_of_attempts(
     assert hits >= 0.95 * len(ranks), list(zip(names, ranks))
 
 
-def test_templates_new_this_week_lists_only_what_no_earlier_attempt_logged(tmp_path):
+@pytest.fixture(scope="module")
+def worked():
+    """The worked example's diagnosis, not stored (a confident one)."""
+    return diagnose(WORKED, warehouse=None)
+
+
+def test_doubtful_without_a_bundle_or_a_warehouse_says_why_and_keeps_nothing(worked, tmp_path):
+    """Live sources (no bundle) and --no-warehouse: an empty list and a note, no rows, no read."""
+    doubt = worked.model_copy(update={"sub_domain": "ambiguous", "confidence": "low"})
+    d, kept = novelty.read_templates(doubt, Warehouse(tmp_path / "w.duckdb"), {"syslog": ("loki", object())})
+    assert kept is None and d.novel_templates == [] and "no bundle" in (d.novelty.note or "")
+    d = novelty.without_warehouse(doubt)
+    assert d.novel_templates == [] and "no warehouse" in (d.novelty.note or "")
+    assert novelty.without_warehouse(worked).novelty is None  # a confident one carries none
+
+
+def test_templates_new_this_week_lists_only_what_no_earlier_attempt_logged(worked, tmp_path):
     """The analyst view: a template logged this week and never before, by host and job; one an
     attempt of an earlier week logged too is not new."""
     from datetime import datetime, timedelta, timezone
 
     from workload_attribution.warehouse.templates import AttemptTemplates, TemplateRow
 
-    d = diagnose(WORKED, warehouse=None)
+    d = worked
     now = datetime.now(timezone.utc)
     wh = Warehouse(tmp_path / "w.duckdb")
 
