@@ -117,6 +117,9 @@ class Template:
     raw: str
     time: datetime | None
     node: str | None = None  # the host its first line's file is of, when the file names one
+    # an unstamped first line: the earliest stamp of the first lines after it in its file (it was
+    # logged no later than that, _FIRSTS), by which it is ordered; None when stamped or none follows
+    no_later_than: datetime | None = None
 
 
 @dataclass
@@ -168,7 +171,7 @@ def templates_of(
         con.execute(sql("log_time_macros.sql"))
         con.execute(
             "CREATE TABLE seen (template VARCHAR, n BIGINT, "
-            "first STRUCT(t TIMESTAMP, f INTEGER, l BIGINT, src VARCHAR, raw VARCHAR))"
+            "first STRUCT(t TIMESTAMP, f INTEGER, l BIGINT, src VARCHAR, raw VARCHAR, upto TIMESTAMP))"
         )
         query = _batch_query(list(scope.nodes))
         params: dict[str, object] = {"tz": scope.timezone or "UTC", "ref": naive_utc(scope.end or scope.start)}
@@ -239,12 +242,20 @@ def _batch_query(hosts: list[str]) -> str:
 
 
 # Each template's first line in a batch: the earliest stamp of its files' first lines. A statement
-# of its own: within the one above, DuckDB read the stamp of every line (three times the cost).
+# of its own: within the one above, DuckDB read the stamp of every line (three times the cost). A
+# first line without a stamp gets `upto`: the earliest stamp of the first lines (of any template)
+# after it in its file: a file's lines are in time order, so it was logged no later than that.
 _FIRSTS = """
+    WITH stamped AS (SELECT *, parse_log_line(raw, $tz, $ref)['ts'] AS ts FROM per_file),
+    bounded AS (
+        SELECT *, CASE WHEN ts IS NULL THEN min(ts) OVER (PARTITION BY file_id ORDER BY l DESC
+                                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) END AS upto
+        FROM stamped
+    )
     SELECT template, sum(n)::BIGINT AS n,
-           min({'t': coalesce(parse_log_line(raw, $tz, $ref)['ts'], TIMESTAMP '9999-12-31'), 'f': file_id,
-                'l': l, 'src': src, 'raw': raw}) AS first
-    FROM per_file GROUP BY template
+           min({'t': coalesce(ts, TIMESTAMP '9999-12-31'), 'f': file_id, 'l': l, 'src': src, 'raw': raw,
+                'upto': upto}) AS first
+    FROM bounded GROUP BY template
 """
 
 
@@ -305,6 +316,7 @@ def _kept(con: duckdb.DuckDBPyConnection, files: list[tuple[str, TextFile]]) -> 
             raw=first["raw"],
             time=stamp.replace(tzinfo=timezone.utc) if stamp else None,
             node=files[first["f"]][1].node,
+            no_later_than=first["upto"].replace(tzinfo=timezone.utc) if first["upto"] and not stamp else None,
         )
     return kept
 
@@ -325,8 +337,10 @@ class Diff:
 
 
 def order_of(t: Template) -> tuple[int, bool, datetime, str, int]:
-    """Error level first, then the earliest (stamped lines before unstamped ones), then file order."""
-    return (LEVELS.index(t.level), t.time is None, t.time or datetime.max.replace(tzinfo=timezone.utc), t.ref, t.line)
+    """Error level first, then the earliest (an unstamped line at the earliest stamp after it in its
+    file, `no_later_than`; lines with neither after the rest), then file order."""
+    when = t.time or t.no_later_than
+    return (LEVELS.index(t.level), when is None, when or datetime.max.replace(tzinfo=timezone.utc), t.ref, t.line)
 
 
 def diff(a: Templates, b: Templates) -> Diff:

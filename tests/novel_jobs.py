@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from tests.scenarios.generator import CLASSES, Bundle, new_bundle, write_bundle
+from tests.scenarios.generator import APP_TIME_FORMS, CLASSES, Bundle, new_bundle, write_bundle
 
-# Application time stamp forms that stamp every line (the generator's "none" and "glog_only" leave
-# the planted line unstamped: templates_of ranks an unstamped first line after every stamped one).
-STAMPED = ("collector", "python", "nccl_bracket")
+# The application's time stamp forms: "none" and "glog_only" leave the planted line unstamped
+# (templates_of orders it by the earliest stamp after it in its file).
+FORMS = tuple(APP_TIME_FORMS)
 PLANTED_WORD = "zorblat"
 
 
@@ -65,7 +65,7 @@ def make_job(out: Path, seed: int, classes: list[str], app_time: str | None = No
     planted message on a random host's application log at a random time before its failure."""
     rng = random.Random(f"novel:{seed}")
     good = new_bundle(random.Random(f"novel:{seed}:good"), "completed", n_hosts=hosts)
-    good.app_time = app_time or rng.choice(STAMPED)
+    good.app_time = app_time or rng.choice(FORMS)
     CLASSES["completed"](good)
     bundles = []
     for k, cls in enumerate(classes):
