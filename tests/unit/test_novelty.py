@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from tests.helpers import diagnose
 from tests.novel_jobs import FORMS, PLANTED_WORD, make_job
 from workload_attribution.cli import main
 from workload_attribution.cli.diagnose import summary
+from workload_attribution.dashboard import diagnosis_page
 from workload_attribution.rules.pack import default_pack
 from workload_attribution.tasks import novelty
 from workload_attribution.warehouse.store import Warehouse
@@ -59,6 +61,8 @@ def test_a_planted_message_is_among_the_first_novel_templates_and_diff_shows_it(
         assert d.novel_templates[rank - 1].why.startswith("not in the job's last good attempt")
         shown = [line for line in summary(d).splitlines() if line.startswith("  novel      :")]
         assert 1 <= len(shown) <= FIRST + 1 and any(PLANTED_WORD in line for line in shown)
+        page = diagnosis_page(json.loads(d.model_dump_json()))  # the dashboard's page of it
+        assert "New in its logs" in page and PLANTED_WORD in page
     code, out, err = cli("diff", str(job.doubtful[0]), "--against", "last-good", "--warehouse", str(wh), "--limit", "3")
     assert code == 0, err
     assert "(last-good)" in out.splitlines()[0] and PLANTED_WORD in out
