@@ -15,6 +15,7 @@ from tests.helpers import diagnose
 from tests.novel_jobs import FORMS, PLANTED_WORD, make_job
 from workload_attribution.cli import main
 from workload_attribution.cli.diagnose import summary
+from workload_attribution.contracts.vocabulary import Confidence, SubDomain, TerminalState
 from workload_attribution.dashboard import diagnosis_page
 from workload_attribution.rules.pack import default_pack
 from workload_attribution.tasks import novelty
@@ -139,7 +140,7 @@ def worked():
 
 def test_doubtful_without_a_bundle_or_a_warehouse_says_why_and_keeps_nothing(worked, tmp_path):
     """Live sources (no bundle) and --no-warehouse: an empty list and a note, no rows, no read."""
-    doubt = worked.model_copy(update={"sub_domain": "ambiguous", "confidence": "low"})
+    doubt = worked.model_copy(update={"sub_domain": SubDomain.ambiguous, "confidence": Confidence.low})
     d, kept = novelty.read_templates(doubt, Warehouse(tmp_path / "w.duckdb"), {"syslog": ("loki", object())})
     assert kept is None and d.novel_templates == [] and "no bundle" in (d.novelty.note or "")
     d = novelty.without_warehouse(doubt)
@@ -174,3 +175,48 @@ def test_templates_new_this_week_lists_only_what_no_earlier_attempt_logged(worke
         ("queue <*> wedged, handshake failed", "gb-r12-n02", "new", "error", 1)
     ]
     assert got[0]["first"] == "logs/app/x.log:2"
+
+
+def test_last_good_is_the_same_jobs_latest_before_then_the_same_name_and_attempts_are_found_by_name(worked, tmp_path):
+    """The baseline: the same job id before the same name, the latest that ended no later than the
+    attempt, never the attempt itself; an attempt is named by id, JOB_ID, CLUSTER/JOB_ID, #ATTEMPT."""
+    from datetime import timedelta
+
+    from workload_attribution.warehouse.templates import AttemptTemplates, TemplateRow, find_attempt, last_good
+
+    wh = Warehouse(tmp_path / "w.duckdb")
+    a = worked.attempt
+    row = TemplateRow("t <*>", "info", 1, "app", None, "logs/app/x.log", 1, None, "t 1")
+
+    def good(diagnosis_id: str, job_id: str, attempt: int, days: int) -> None:
+        scope = a.model_copy(update={"job_id": job_id, "attempt": attempt, "end": a.end + timedelta(days=days)})
+        d = worked.model_copy(
+            update={
+                "diagnosis_id": diagnosis_id,
+                "attempt": scope,
+                "terminal_state": TerminalState.completed,
+                "sub_domain": SubDomain.none,
+                "root_cause": None,
+            }
+        )
+        wh.write(d, None, AttemptTemplates([row], 1, 1))
+
+    good("same-name", "other-job", 0, -1)
+    good("same-job", a.job_id, 1, -3)
+    good("same-job-later", a.job_id, 2, +1)
+    good("ns/name", "team-a/train-7", 0, -5)
+
+    def found(fn):
+        return wh.read_templates(fn, None)
+
+    assert found(lambda con: last_good(con, a)).diagnosis_id == "same-job"
+    other = a.model_copy(update={"job_id": "never-good"})
+    assert found(lambda con: last_good(con, other)).diagnosis_id == "same-name"  # resubmitted under a new id
+    nameless = other.model_copy(update={"name": None})
+    assert found(lambda con: last_good(con, nameless)) is None
+    assert found(lambda con: find_attempt(con, "same-job")).attempt == 1
+    assert found(lambda con: find_attempt(con, a.job_id)).diagnosis_id == "same-job-later"  # the latest
+    assert found(lambda con: find_attempt(con, f"{a.cluster}/{a.job_id}#1")).diagnosis_id == "same-job"
+    assert found(lambda con: find_attempt(con, "team-a/train-7")).diagnosis_id == "ns/name"
+    assert found(lambda con: find_attempt(con, f"{a.cluster}/team-a/train-7#0")).diagnosis_id == "ns/name"
+    assert found(lambda con: find_attempt(con, "nobody#x")) is None
