@@ -46,8 +46,8 @@ def unknown_to_the_rules(d) -> bool:
 def test_a_planted_message_is_among_the_first_novel_templates_and_diff_shows_it(tmp_path):
     """The done-when, small: one job's good attempt diagnosed first (its templates kept once, a
     retry replacing them), then two doubtful attempts (insufficient_evidence, ambiguous) each with
-    a message no rule knows; it is among the first 3 novel templates of each (and of `attribution diagnose`'s summary), and `attribution diff ATTEMPT
-    --against last-good` lists it."""
+    a message no rule knows; it is among the first 3 novel templates of each (and of `attribution
+    diagnose`'s summary), and `attribution diff ATTEMPT --against last-good` lists it."""
     job = make_job(tmp_path, seed=1, classes=["insufficient_evidence", "ambiguous"], hosts=4)
     wh = tmp_path / "w.duckdb"
     pack = default_pack()
