@@ -44,8 +44,10 @@ from workload_attribution.warehouse.templates import (
 )
 
 # Templates kept per attempt in the warehouse: the most frequent, then the earliest. A busy attempt
-# has a few hundred; 2,000 rows of ~300 bytes keep an attempt's baseline under 1 MB before
-# compression. A baseline's template past the cap may show as new in a later attempt (noted).
+# has a few dozen to a few hundred; a row is ~300 bytes as logged (at most ~1.5 KB: a 400-character
+# template and its 1,000-character first line), so the cap bounds an attempt at ~0.6 MB typical,
+# 3 MB at worst, before compression. A baseline's template past the cap may show as new in a later
+# attempt (the note says so).
 STORED_TEMPLATES = 2_000
 # novel_templates lists this many (Novelty.novel counts them all).
 LISTED = 10
