@@ -46,6 +46,8 @@ __all__ = [
     "Evidence",
     "History",
     "MissingEvidence",
+    "NovelTemplate",
+    "Novelty",
     "Observation",
     "PastAttempt",
     "Role",
@@ -339,6 +341,35 @@ class MissingEvidence(Contract):
     reason: str = Field(description="what it would show, in one sentence")
 
 
+class NovelTemplate(Contract):
+    """A log template (a line with what varies masked) this attempt logged that its job's last good
+    attempt did not, or that is rare in the fleet: what no rule read, for a person to look at first."""
+
+    template: str
+    level: str = Field(description="error | warning | info, from its words")
+    count: int = Field(description="lines of this attempt with this template")
+    first: str = Field(description="its first line: path:line, bundle-relative")
+    line: str = Field(description="the first line's text")
+    time: datetime | None = None
+    node: str | None = Field(default=None, description="the host whose file holds the first line")
+    why: str = Field(description="not in the job's last good attempt ..., or rare in the fleet: N of M attempts ...")
+    fleet_attempts: int | None = Field(default=None, description="other attempts of the fleet window that logged it")
+    fleet_total: int | None = Field(default=None, description="attempts of the fleet window with templates kept")
+
+
+class Novelty(Contract):
+    """What `novel_templates` was computed against, and what it could not see."""
+
+    baseline: str | None = Field(default=None, description="the job's last good attempt compared with, if any")
+    baseline_diagnosis_id: str | None = None
+    fleet_days: int = 30
+    fleet_total: int = Field(default=0, description="other attempts with templates kept in the fleet window")
+    lines: int = Field(default=0, description="lines of this attempt read")
+    templates: int = Field(default=0, description="its templates")
+    novel: int = Field(default=0, description="novel templates found (novel_templates lists the first ones)")
+    note: str | None = Field(default=None, description="why there is nothing or less to compare with")
+
+
 class Diagnosis(Contract):
     diagnosis_id: str
     attempt: AttemptScope
@@ -361,6 +392,11 @@ class Diagnosis(Contract):
         default_factory=list, description="ambiguous or insufficient_evidence: what would decide it"
     )
     history: History | None = Field(default=None, description="fleet memory, when a warehouse was read")
+    novel_templates: list[NovelTemplate] = Field(
+        default_factory=list,
+        description="doubtful verdicts: log templates new to the job or rare in the fleet, errors first, then earliest",
+    )
+    novelty: Novelty | None = Field(default=None, description="doubtful verdicts: what novel_templates compared with")
 
     @model_validator(mode="after")
     def _words_belong_together(self) -> Diagnosis:

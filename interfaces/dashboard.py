@@ -4,7 +4,8 @@
     /ui                   diagnoses, newest first, with filters; trend charts above the list
     /ui/diagnoses/{id}    one diagnosis: the symptoms on a timeline per host (root first, cascades
                           after), the root's evidence lines, the history of its blamed hosts and
-                          ports (and the escalation), what would settle it, the coverage
+                          ports (and the escalation), what would settle it, what is new in its
+                          logs (a doubtful verdict's novel templates), the coverage
     /ui/login             sign in with a token of the read scope: a session (the cookie holds its id)
     /ui/logout            end the session
 
@@ -493,6 +494,26 @@ def _settle_section(doc: dict[str, Any]) -> str:
     )
 
 
+def _novel_section(doc: dict[str, Any]) -> str:
+    """A doubtful verdict's log templates new to its job (or rare in the fleet): the lines no rule read."""
+    basis = doc.get("novelty")
+    if not basis:
+        return ""
+    items = doc.get("novel_templates") or []
+    note = f"<p class=muted>{escape(basis['note'])}</p>" if basis.get("note") else ""
+    return (
+        "<h2>New in its logs</h2>"
+        + note
+        + "<ul class=settle>"
+        + "".join(
+            f"<li><b>{escape(n['level'])}</b> {n['count']}x <code>{escape(n['first'])}</code>: "
+            f"<code>{escape(n['line'][:300])}</code> <span class=muted>{escape(n['why'])}</span></li>"
+            for n in items
+        )
+        + "</ul>"
+    )
+
+
 def diagnosis_page(doc: dict[str, Any], ports: list[str] | None = None) -> str:
     """One diagnosis; every host, switch port and symptom on it links to the list filtered by it.
     `ports`: the switch ports it blames (where its hosts were cabled at the time)."""
@@ -506,6 +527,7 @@ def diagnosis_page(doc: dict[str, Any], ports: list[str] | None = None) -> str:
         + _root_section(doc, ports)
         + _history_section(doc)
         + _settle_section(doc)
+        + _novel_section(doc)
         + _symptom_table(doc)
         + _coverage_table(doc)
         + raw,

@@ -43,6 +43,7 @@ from workload_attribution.staging.database import connected, release_staging
 from workload_attribution.staging.hosts import spell_as_allocated
 from workload_attribution.staging.normalize import normalize
 from workload_attribution.staging.observations import insert_observations, non_finite
+from workload_attribution.tasks import novelty
 from workload_attribution.tasks.archiving import keep_checkpoint
 from workload_attribution.tasks.keeping import Keeping, keep
 
@@ -363,7 +364,9 @@ def publish(
 ) -> Diagnosis:
     """Write the diagnosis to the warehouse (idempotent per attempt), with the topology seen with
     the attempt so analysts can place its hosts under their switch ports as of that time; before
-    that, its blamed subjects' history and its evidence archived (tasks/keeping.py)."""
+    that, its blamed subjects' history and its evidence archived (tasks/keeping.py); a doubtful
+    verdict's novel log templates, and a doubtful or completed attempt's templates kept with it
+    (tasks/novelty.py: a second read of the bundle, for those attempts only)."""
     if warehouse_path:
         from workload_attribution.warehouse.store import Warehouse
 
@@ -373,7 +376,10 @@ def publish(
                 topology = con.execute("SELECT switch, port, peer, peer_kind, hca FROM topology").fetchall()
         wh = Warehouse(warehouse_path)
         diagnosis = keep(diagnosis, wh, topology, scoped.staging if scoped else None, keeping or Keeping())
-        wh.write(diagnosis, topology)
+        diagnosis, templates = novelty.read_templates(diagnosis, wh, scoped.sources if scoped else {})
+        wh.write(diagnosis, topology, templates)
+    else:
+        diagnosis = novelty.without_warehouse(diagnosis)
     return diagnosis
 
 

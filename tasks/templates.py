@@ -116,6 +116,10 @@ class Template:
     line: int
     raw: str
     time: datetime | None
+    node: str | None = None  # the host its first line's file is of, when the file names one
+    # an unstamped first line: the earliest stamp of the first lines after it in its file (it was
+    # logged no later than that, _FIRSTS), by which it is ordered; None when stamped or none follows
+    no_later_than: datetime | None = None
 
 
 @dataclass
@@ -130,6 +134,7 @@ class Templates:
     lines_cap_hit: bool = False
     lines_over_template_cap: int = 0  # lines of templates past the template cap, counted only
     not_read: list[str] = field(default_factory=list)  # "<ref>: why"
+    notes: list[str] = field(default_factory=list)  # e.g. read back from the warehouse, capped there
 
     @property
     def templates_cap_hit(self) -> bool:
@@ -166,7 +171,7 @@ def templates_of(
         con.execute(sql("log_time_macros.sql"))
         con.execute(
             "CREATE TABLE seen (template VARCHAR, n BIGINT, "
-            "first STRUCT(t TIMESTAMP, f INTEGER, l BIGINT, src VARCHAR, raw VARCHAR))"
+            "first STRUCT(t TIMESTAMP, f INTEGER, l BIGINT, src VARCHAR, raw VARCHAR, upto TIMESTAMP))"
         )
         query = _batch_query(list(scope.nodes))
         params: dict[str, object] = {"tz": scope.timezone or "UTC", "ref": naive_utc(scope.end or scope.start)}
@@ -237,12 +242,20 @@ def _batch_query(hosts: list[str]) -> str:
 
 
 # Each template's first line in a batch: the earliest stamp of its files' first lines. A statement
-# of its own: within the one above, DuckDB read the stamp of every line (three times the cost).
+# of its own: within the one above, DuckDB read the stamp of every line (three times the cost). A
+# first line without a stamp gets `upto`: the earliest stamp of the first lines (of any template)
+# after it in its file: a file's lines are in time order, so it was logged no later than that.
 _FIRSTS = """
+    WITH stamped AS (SELECT *, parse_log_line(raw, $tz, $ref)['ts'] AS ts FROM per_file),
+    bounded AS (
+        SELECT *, CASE WHEN ts IS NULL THEN min(ts) OVER (PARTITION BY file_id ORDER BY l DESC
+                                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) END AS upto
+        FROM stamped
+    )
     SELECT template, sum(n)::BIGINT AS n,
-           min({'t': coalesce(parse_log_line(raw, $tz, $ref)['ts'], TIMESTAMP '9999-12-31'), 'f': file_id,
-                'l': l, 'src': src, 'raw': raw}) AS first
-    FROM per_file GROUP BY template
+           min({'t': coalesce(ts, TIMESTAMP '9999-12-31'), 'f': file_id, 'l': l, 'src': src, 'raw': raw,
+                'upto': upto}) AS first
+    FROM bounded GROUP BY template
 """
 
 
@@ -302,6 +315,8 @@ def _kept(con: duckdb.DuckDBPyConnection, files: list[tuple[str, TextFile]]) -> 
             line=int(first["l"]),
             raw=first["raw"],
             time=stamp.replace(tzinfo=timezone.utc) if stamp else None,
+            node=files[first["f"]][1].node,
+            no_later_than=first["upto"].replace(tzinfo=timezone.utc) if first["upto"] and not stamp else None,
         )
     return kept
 
@@ -321,14 +336,16 @@ class Diff:
     changed: list[Changed]
 
 
-def _order(t: Template) -> tuple[int, bool, datetime, str, int]:
-    """Error level first, then the earliest (stamped lines before unstamped ones), then file order."""
-    return (LEVELS.index(t.level), t.time is None, t.time or datetime.max.replace(tzinfo=timezone.utc), t.ref, t.line)
+def order_of(t: Template) -> tuple[int, bool, datetime, str, int]:
+    """Error level first, then the earliest (an unstamped line at the earliest stamp after it in its
+    file, `no_later_than`; lines with neither after the rest), then file order."""
+    when = t.time or t.no_later_than
+    return (LEVELS.index(t.level), when is None, when or datetime.max.replace(tzinfo=timezone.utc), t.ref, t.line)
 
 
 def diff(a: Templates, b: Templates) -> Diff:
     """What `a` logged that `b` did not, by template; and the templates whose rate changed."""
-    new = sorted((t for key, t in a.templates.items() if key not in b.templates), key=_order)
+    new = sorted((t for key, t in a.templates.items() if key not in b.templates), key=order_of)
     changed = []
     for key, t in a.templates.items():
         other = b.templates.get(key)
@@ -337,5 +354,5 @@ def diff(a: Templates, b: Templates) -> Diff:
         factor = (t.count / max(a.lines, 1)) / (other.count / max(b.lines, 1))
         if factor >= CHANGED_FACTOR or factor <= 1 / CHANGED_FACTOR:
             changed.append(Changed(t, other.count, factor))
-    changed.sort(key=lambda c: (LEVELS.index(c.template.level), -max(c.factor, 1 / c.factor), _order(c.template)))
+    changed.sort(key=lambda c: (LEVELS.index(c.template.level), -max(c.factor, 1 / c.factor), order_of(c.template)))
     return Diff(new, changed)

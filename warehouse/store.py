@@ -48,6 +48,7 @@ from workload_attribution.warehouse.conflicts import is_conflict, retry
 from workload_attribution.warehouse.maintenance import LAKE_SNAPSHOTS_KEPT, checkpoint_file, maintain_lake
 from workload_attribution.warehouse.memory import Blame, recall
 from workload_attribution.warehouse.schema import WarehouseTooNew, migrate, views
+from workload_attribution.warehouse.templates import AttemptTemplates, has_table
 from workload_attribution.warehouse.turns import turn
 from workload_attribution.warehouse.writer import insert_topology, write_diagnosis
 
@@ -191,22 +192,25 @@ class Warehouse:
             ).fetchone()
         return json.loads(r[0]) if r else None
 
-    def write(self, d: Diagnosis, topology: list[tuple] | None = None) -> bool:
+    def write(
+        self, d: Diagnosis, topology: list[tuple] | None = None, templates: AttemptTemplates | None = None
+    ) -> bool:
         """Replace this attempt's diagnosis (and its parts) in one transaction, unless the stored
         one outranks it (a newer rules pack's: warehouse/precedence.py; then False, nothing
         written); `topology` (switch, port, peer, peer_kind, hca) rows seen with the attempt are
-        recorded as of its start. A lake is written through this process's kept connection to it
-        (backends.write_kept_lake), in the attempt's turn (warehouse/turns.py)."""
+        recorded as of its start; `templates` are its log templates (warehouse/templates.py). A
+        lake is written through this process's kept connection to it (backends.write_kept_lake), in
+        the attempt's turn (warehouse/turns.py)."""
 
         def in_turn(con: duckdb.DuckDBPyConnection) -> bool:
             with turn(con, d.attempt.id.key, self.lock_wait_s):
-                return retry(lambda: write_diagnosis(con, d, topology))
+                return retry(lambda: write_diagnosis(con, d, topology, templates))
 
         try:
             with WRITE_LOCK:
                 if self.lake is None:
                     with self.connect() as con:
-                        written = retry(lambda: write_diagnosis(con, d, topology))
+                        written = retry(lambda: write_diagnosis(con, d, topology, templates))
                 else:
                     written = write_kept_lake(self.url, lambda: self._open(read_only=False), in_turn)
         except (duckdb.Error, OSError) as exc:
@@ -237,6 +241,24 @@ class Warehouse:
         except (duckdb.Error, OSError) as exc:
             raise NotStored(f"{self}: fleet memory could not be read: {first_line(exc)}", d) from exc
         return found[-1]
+
+    def on_writer(self, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """A read on a writer's connection (the schema brought to this code's version first; a
+        lake's kept connection serves it), as fleet memory's recall reads."""
+        return self._transaction(work)
+
+    def read_templates(self, work: Callable[[duckdb.DuckDBPyConnection], T], absent: T) -> T:
+        """A read of attempt_templates on a read-only connection; `absent` while the warehouse has
+        no such table (nothing written yet, or by an older version of this code)."""
+        if not self.lake and not self.path.exists():
+            return absent
+        try:
+            with self.reader() as con:
+                return work(con) if has_table(con) else absent
+        except duckdb.InvalidInputException as exc:
+            if self.lake and no_lake_yet(exc):
+                return absent
+            raise
 
     def load_topology(self, cluster: str, rows: list[tuple], valid_from: datetime, source: str) -> int:
         """Record a topology snapshot (e.g. `attribution topology load`); returns the links added."""

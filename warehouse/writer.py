@@ -21,6 +21,7 @@ from workload_attribution.staging.database import scalar
 from workload_attribution.warehouse.conflicts import rollback
 from workload_attribution.warehouse.memory import blames, insert_blames
 from workload_attribution.warehouse.precedence import rank
+from workload_attribution.warehouse.templates import AttemptTemplates, insert_templates
 
 # the tables holding a diagnosis's parts, by diagnosis_id
 PART_TABLES = (
@@ -31,13 +32,21 @@ PART_TABLES = (
     "diagnosis_coverage",
     "diagnosis_evidence",
     "blame_history",
+    "attempt_templates",
 )
 _ATTEMPT = "cluster=? AND scheduler=? AND job_id=? AND attempt=?"
 
 
-def write_diagnosis(con: duckdb.DuckDBPyConnection, d: Diagnosis, topology: list[tuple] | None) -> bool:
+def write_diagnosis(
+    con: duckdb.DuckDBPyConnection,
+    d: Diagnosis,
+    topology: list[tuple] | None,
+    templates: AttemptTemplates | None = None,
+) -> bool:
     """Replace this attempt's diagnosis and its parts in one transaction; `topology` (switch, port,
-    peer, peer_kind, hca) rows seen with the attempt are recorded as of its start. False when the
+    peer, peer_kind, hca) rows seen with the attempt are recorded as of its start; `templates` (a
+    doubtful or completed attempt's log templates, tasks/novelty.py) are its attempt_templates
+    rows, replaced with the rest (a retry writes the same rows again, never twice). False when the
     stored diagnosis outranks this one (warehouse/precedence.py): then only what was observed (the
     topology, the rules version's use) is recorded, so what lands does not depend on write order."""
     a = d.attempt
@@ -58,6 +67,7 @@ def write_diagnosis(con: duckdb.DuckDBPyConnection, d: Diagnosis, topology: list
         _insert_coverage(con, d.diagnosis_id, doc)
         _insert_evidence(con, d.diagnosis_id, doc)
         insert_blames(con, d, blames(d, topology))
+        insert_templates(con, d, templates)
         con.execute("COMMIT")
     except Exception:
         rollback(con)

@@ -86,7 +86,7 @@ def summary(d: Any) -> str:
             + ", ".join(sorted({s.symptom for s in demoted})[:5])
         )
     lines.append("  coverage   : " + "  ".join(f"{c.source}={c.status.value}" for c in d.coverage))
-    lines += _history_lines(d) + _settle_lines(d)
+    lines += _history_lines(d) + _settle_lines(d) + _novel_lines(d)
     for note in d.notes:
         lines.append(f"  note       : {note}")
     lines.append(f"  explanation: {d.explanation}")
@@ -129,6 +129,26 @@ def _settle_lines(d: Any) -> list[str]:
     lines = [f"  would settle: {m.reason}" for m in d.would_settle[:SETTLE_SHOWN]]
     more = len(d.would_settle) - SETTLE_SHOWN
     return lines + ([f"  would settle: ... and {more} more source(s) (--json: would_settle)"] if more > 0 else [])
+
+
+NOVEL_SHOWN = 3
+
+
+def _novel_lines(d: Any) -> list[str]:
+    """A doubtful verdict's new log templates: the first few, each with its first line and why
+    (all of them in --json: novel_templates, and what they were compared with: novelty)."""
+    if d.novelty is None:
+        return []
+    lines = []
+    for n in d.novel_templates[:NOVEL_SHOWN]:
+        lines.append(f"  novel      : {n.level} {n.count}x {n.first}: {n.line[:140]}")
+        lines.append(f"               why: {n.why}")
+    more = d.novelty.novel - min(len(d.novel_templates), NOVEL_SHOWN)
+    if more > 0:
+        lines.append(f"  novel      : ... and {more} more template(s) (--json: novel_templates)")
+    if not d.novel_templates:
+        lines.append(f"  novel      : none found ({d.novelty.note or 'every template was known'})")
+    return lines
 
 
 def _printable(text: str) -> str:

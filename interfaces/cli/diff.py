@@ -12,10 +12,15 @@ from workload_attribution.cli.common import EXIT_OK, BadInput
 
 if TYPE_CHECKING:
     from workload_attribution.tasks.templates import Changed, Diff, Template, Templates
+    from workload_attribution.warehouse.templates import StoredAttempt
 
 # A template's first line is shown this long in the text output (--json has it whole).
 SHOWN = 160
-NOT_YET = "attempts in the warehouse and `last-good` are not yet supported: give two bundles"
+LAST_GOOD = "last-good"
+NAMED = (
+    "a bundle (a directory with attempt.yaml), or an attempt the warehouse keeps templates of (its diagnosis id, "
+    "or [CLUSTER/]JOB_ID[#ATTEMPT]: the job's latest attempt without #)"
+)
 
 
 def add(sub: Any) -> None:
@@ -29,11 +34,18 @@ def add(sub: Any) -> None:
             "(host names, numbers, hex, IPs, paths, UUIDs, times and rank labels masked) and print the templates "
             "ATTEMPT logged that --against never did: error-level first, then the earliest, each with its count "
             "and first line (file:line); then the templates both logged whose rate changed tenfold or more. "
-            f"ATTEMPT and --against are bundles (directories with attempt.yaml); {NOT_YET}."
+            f"ATTEMPT and --against are each {NAMED}. --against last-good: the job's last attempt that ended well "
+            "(completed) in the warehouse, the same job id first, else the same job name in the cluster."
         ),
     )
-    p.add_argument("attempt", metavar="ATTEMPT", help="a bundle")
-    p.add_argument("--against", required=True, metavar="ATTEMPT", help="the bundle to compare with (a healthy one)")
+    p.add_argument("attempt", metavar="ATTEMPT", help="a bundle, or an attempt in the warehouse")
+    p.add_argument(
+        "--against",
+        required=True,
+        metavar="ATTEMPT",
+        help="the attempt to compare with (a healthy one): a bundle, an attempt in the warehouse, or last-good",
+    )
+    p.add_argument("--warehouse", metavar="PATH", help="warehouse file or DuckLake URL (default from config)")
     p.add_argument("--limit", type=int, default=20, metavar="N", help="show the first N templates (default 20)")
     p.add_argument("--json", action="store_true", help="the whole comparison as one JSON document")
     p.add_argument("--max-lines", type=int, default=None, metavar="N", help="lines read per bundle (default 4,000,000)")
@@ -43,13 +55,9 @@ def add(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _bundle(name: str) -> Path:
+def _is_bundle(name: str) -> bool:
     path = Path(name)
-    if name == "last-good" and not path.exists():
-        raise BadInput(f"{name}: {NOT_YET}")
-    if not path.is_dir() or not (path / "attempt.yaml").exists():
-        raise BadInput(f"{name}: not a bundle (a directory with attempt.yaml); {NOT_YET}")
-    return path
+    return path.is_dir() and (path / "attempt.yaml").exists()
 
 
 def _positive(value: int | None, flag: str) -> None:
@@ -57,10 +65,74 @@ def _positive(value: int | None, flag: str) -> None:
         raise BadInput(f"{flag} {value}: must be at least 1")
 
 
+class _Sides:
+    """Reads each side: a bundle whole, an attempt from the warehouse's kept templates."""
+
+    def __init__(self, args: argparse.Namespace, bounds: dict[str, int], progress: common.Progress):
+        self.args, self.bounds, self.progress = args, bounds, progress
+        self._warehouse: Any = None
+
+    def warehouse(self) -> Any:
+        from workload_attribution.warehouse.store import Warehouse
+
+        if self._warehouse is None:
+            cfg = common.load_config(self.args, warehouse=self.args.warehouse)
+            if not cfg.warehouse:
+                raise BadInput("no warehouse configured (--warehouse): only bundles can be compared")
+            self._warehouse = Warehouse(cfg.warehouse)
+        return self._warehouse
+
+    def read(self, name: str) -> Templates:
+        from workload_attribution.tasks import templates as tpl
+
+        if _is_bundle(name):
+            path = Path(name)
+            side = tpl.templates_of(path, progress=lambda m: self.progress(m, final=False), **self.bounds)
+            self.progress(f"{path}: {side.lines:,} lines, {len(side.templates):,} templates")
+            return side
+        from workload_attribution.warehouse.templates import find_attempt
+
+        wh = self.warehouse()
+        found = wh.read_templates(lambda con: find_attempt(con, name), None)
+        if found is None:
+            raise BadInput(
+                f"{name}: not a bundle, and no attempt of that name has log templates in the warehouse {wh} "
+                f"(they are kept for doubtful and completed diagnoses); give {NAMED}"
+            )
+        return self.stored(found, name)
+
+    def stored(self, found: StoredAttempt, label: str) -> Templates:
+        from workload_attribution.contracts.models import AttemptScope
+        from workload_attribution.tasks.novelty import from_warehouse
+        from workload_attribution.warehouse.templates import rows_of
+
+        wh = self.warehouse()
+        kept = wh.read_templates(lambda con: rows_of(con, found.diagnosis_id), None)
+        doc = wh.get(found.cluster, found.scheduler, found.job_id, found.attempt) or {}
+        scope = AttemptScope.model_validate(doc["attempt"]) if "attempt" in doc else None
+        if kept is None or scope is None:
+            raise BadInput(f"{label}: the warehouse {wh} no longer holds {found.describe()}")
+        return from_warehouse(label, scope, kept)
+
+    def last_good(self, of: Templates) -> Templates:
+        from workload_attribution.warehouse.templates import last_good
+
+        wh = self.warehouse()
+        scope = of.scope
+        found = wh.read_templates(lambda con: last_good(con, scope), None)
+        if found is None:
+            raise BadInput(
+                f"{LAST_GOOD}: no attempt of {scope.cluster}/{scope.scheduler} job {scope.job_id}"
+                + (f" (or named {scope.name})" if scope.name else "")
+                + f" that ended well (completed), no later than {of.bundle}, has log templates in the warehouse {wh}: "
+                "diagnose a good attempt of the job first, or give --against BUNDLE"
+            )
+        return self.stored(found, f"{found.describe()} ({LAST_GOOD})")
+
+
 def run(args: argparse.Namespace) -> int:
     from workload_attribution.tasks import templates as tpl
 
-    a, b = _bundle(args.attempt), _bundle(args.against)
     for value, flag in (
         (args.limit, "--limit"),
         (args.max_lines, "--max-lines"),
@@ -71,13 +143,12 @@ def run(args: argparse.Namespace) -> int:
         "max_lines": args.max_lines or tpl.MAX_LINES,
         "max_templates": args.max_templates or tpl.MAX_TEMPLATES,
     }
-    progress = common.Progress(args)
-    sides = []
-    for path in (a, b):
-        side = tpl.templates_of(path, progress=lambda m: progress(m, final=False), **bounds)
-        progress(f"{path}: {side.lines:,} lines, {len(side.templates):,} templates")
-        sides.append(side)
-    ta, tb = sides
+    sides = _Sides(args, bounds, common.Progress(args))
+    if args.against == LAST_GOOD and not _is_bundle(args.against):
+        ta = sides.read(args.attempt)
+        tb = sides.last_good(ta)
+    else:
+        ta, tb = sides.read(args.attempt), sides.read(args.against)
     result = tpl.diff(ta, tb)
     if args.json:
         print(json.dumps(_document(ta, tb, result, args.limit), indent=2))
@@ -96,7 +167,7 @@ def _caps(t: Templates) -> list[str]:
             f"{t.lines_over_template_cap:,} lines of later templates counted only"
         )
     notes += [f"{t.bundle}: not read: {why}" for why in t.not_read]
-    return notes
+    return notes + t.notes
 
 
 def _template(t: Template) -> dict[str, Any]:

@@ -128,8 +128,8 @@ def test_compressed_logs_are_read_as_a_diagnosis_reads_them(tmp_path):
 def test_bad_input_is_exit_2_with_one_line(tmp_path):
     for args, words in (
         (["diff", str(tmp_path), "--against", str(WORKED)], "not a bundle"),
-        (["diff", str(WORKED), "--against", "last-good"], "not yet supported"),
-        (["diff", "eos:slurm:4191701:0", "--against", str(WORKED)], "not yet supported"),
+        (["diff", str(WORKED), "--against", "last-good", "--warehouse", str(tmp_path / "w.duckdb")], "ended well"),
+        (["diff", "eos/4191701#0", "--against", str(WORKED), "--warehouse", str(tmp_path / "w")], "not a bundle"),
         (["diff", str(WORKED), "--against", str(WORKED), "--limit", "0"], "--limit 0"),
     ):
         r = run(*args)

@@ -93,6 +93,7 @@ CASES: dict[str, list[Case]] = {
     "diff": [
         (0, lambda t: ["diff", str(WORKED), "--against", str(WORKED)], "xid149-worked"),
         (2, lambda t: ["diff", str(t / "nope"), "--against", str(WORKED)], "not a bundle"),
+        (2, lambda t: ["diff", str(WORKED), "--against", "last-good", "--warehouse", str(t / "w")], "ended well"),
     ],
     "query": [
         (0, lambda t: ["query", "--list"], "failures_per_host"),

@@ -96,9 +96,10 @@ def test_xid_symptoms_are_kept_by_code_and_a_warehouse_from_before_gets_them(tmp
     )
     written = wh.query(xids)[1]
     assert written and written == wh.query(from_symptoms)[1]
-    con = duckdb.connect(str(tmp_path / "w.duckdb"))  # as a v6 warehouse: no table, no record of v7
-    con.execute("DELETE FROM schema_version WHERE version = 7")
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))  # as a v6 warehouse: no table, no record of v7 or later
+    con.execute("DELETE FROM schema_version WHERE version >= 7")
     con.execute("DROP TABLE diagnosis_xids")
+    con.execute("DROP TABLE attempt_templates")
     con.close()
     other = diagnosis.attempt.model_copy(update={"job_id": "another"})
     wh.write(diagnosis.model_copy(update={"diagnosis_id": "another", "attempt": other}))  # an open migrates
