@@ -85,6 +85,12 @@ CLASSES = (
 )
 _CLASS_RE = [re.compile(c) for c in CLASSES]
 _SPECIAL = set("\\.^$|?*+()[]{}")
+# A bracketed header the prefix grammar leaves in front of a message (a glog stamp after a rank
+# label: "[E0206 18:41:01.000 shard_io.cc:88]"), masked: not part of the message.
+_HEADER = re.compile(r"^(?:\[[^\]]*<\*>[^\]]*\]:?\s*)+")
+# Words a message must say (outside its masked parts) to be a row: one word alone is found anywhere.
+MIN_WORDS = 2
+_WORD = re.compile(r"[A-Za-z]{2,}")
 
 # A family guessed from the words of the message, else from its source.
 _FAMILY_WORDS = (
@@ -240,7 +246,7 @@ def message_keys(texts: list[tuple[str, datetime | None, list[str]]]) -> list[tu
         ).fetchall()
     finally:
         con.close()
-    return [(b, k[0]) for b, k in zip(bodies, keys)]
+    return [(b, _HEADER.sub("", k[0])) for b, k in zip(bodies, keys)]
 
 
 def _mask_hosts(body: str, hosts: list[str]) -> str:
@@ -274,16 +280,19 @@ def escape(text: str) -> str:
 def pattern_of(g: Group) -> tuple[str, str] | None:
     """(match, pattern) of a group's message: a literal when nothing is masked, else a regex whose
     masked parts are the narrowest CLASSES holding each line's value there; None when no literal
-    of MIN_LITERAL+ characters remains."""
+    of MIN_LITERAL+ characters remains, or fewer than MIN_WORDS words."""
     parts = g.key.split(VARIABLE)
+    if len(_WORD.findall(" ".join(parts))) < MIN_WORDS:
+        return None
     if len(parts) == 1:
         text = g.key.strip()
         return ("literal", text) if literals_of("literal", text) and len(text) >= MIN_LITERAL else None
     # the parts every line's body shows between the masked values: the values, per place
     finder = re.compile("(.+?)".join(re.escape(p) for p in parts[:-1]) + "(.+?)" + re.escape(parts[-1]) + "$")
+    # the key may have lost a header in front: the body is searched, not matched
     values: list[list[str]] = [[] for _ in parts[:-1]]
     for x in g.lines:
-        m = finder.match(x.body)
+        m = finder.search(x.body)
         if m:
             for i, v in enumerate(m.groups()):
                 values[i].append(v)
@@ -348,7 +357,7 @@ def draft(g: Group, pack: Any, taken: set[str], since: datetime | None) -> None:
     """The group's catalog row (g.row), or why none (g.why_not)."""
     found = pattern_of(g)
     if found is None:
-        g.why_not = f"no literal of {MIN_LITERAL}+ characters in the message to find it by"
+        g.why_not = f"too generic: no literal of {MIN_LITERAL}+ characters, or fewer than {MIN_WORDS} words, to find it by"
         return
     match, pattern = found
     texts = [x.text for x in g.lines]

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _meaning(g: Any) -> str:
     if g.row is None:
-        return f"no row: {g.why_not}" if g.why_not else "-"
+        return f"no row: {g.why_not}" if g.why_not else "not drafted (past --top)"
     if g.needs_meaning:
         return "needs a meaning (placeholder needs_a_meaning)"
     verdict = f" -> {g.row['terminal_state']}/{g.row['sub_domain']}" if g.row["terminal_state"] else ""
