@@ -199,10 +199,14 @@ _DOUBTFUL = f"""
     WHERE d.sub_domain = 'insufficient_evidence' AND ($since IS NULL OR d.end_time >= $since::TIMESTAMPTZ)
       AND d.diagnosis_id IN (SELECT diagnosis_id FROM attempt_templates)
 """
+# one line per template (the same template is the same message): the fleet's completed attempts
+# share most of theirs, so this keeps the lines to key few
 _COMPLETED = f"""
-    SELECT t.first_text, t.first_time, coalesce(d.nodes, []) AS nodes
+    SELECT arg_min(t.first_text, t.diagnosis_id), arg_min(t.first_time, t.diagnosis_id),
+           arg_min(coalesce(d.nodes, []), t.diagnosis_id)
     FROM attempt_templates t LEFT JOIN diagnoses d USING (diagnosis_id)
     WHERE t.terminal_state = 'completed' AND (t.level = 'error' OR regexp_matches(t.template, '{EXCEPTION_WORD}'))
+    GROUP BY t.template
 """
 
 
@@ -357,7 +361,7 @@ def draft(g: Group, pack: Any, taken: set[str], since: datetime | None) -> None:
     """The group's catalog row (g.row), or why none (g.why_not)."""
     found = pattern_of(g)
     if found is None:
-        g.why_not = f"too generic: no literal of {MIN_LITERAL}+ characters, or fewer than {MIN_WORDS} words, to find it by"
+        g.why_not = f"too generic: no literal of {MIN_LITERAL}+ characters or fewer than {MIN_WORDS} words"
         return
     match, pattern = found
     texts = [x.text for x in g.lines]
