@@ -178,7 +178,7 @@ class Group:
 class Suggestions:
     since: datetime | None
     attempts: int = 0  # insufficient_evidence attempts in the window with templates kept
-    without_novel: int = 0  # of them, those with no message of any group
+    without_novel: int = 0  # of them, those that logged no message of a group (known ones left out)
     groups: list[Group] = field(default_factory=list)  # ranked; the drafted first
     known: list[Group] = field(default_factory=list)  # groups whose line the pack already reads
     notes: list[str] = field(default_factory=list)
@@ -444,8 +444,6 @@ def suggest(wh: Warehouse, pack: Any, since: datetime | None, top: int) -> Sugge
         return out
     lines, out.attempts, completed = got
     ranked = group(lines, completed)
-    grouped = {a.diagnosis_id for g in ranked for a in g.attempts}
-    out.without_novel = out.attempts - len(grouped)
     taken = {r.id for r in pack.catalog}
     start = 0
     while len(out.drafted) < top and start < len(ranked):
@@ -460,6 +458,7 @@ def suggest(wh: Warehouse, pack: Any, since: datetime | None, top: int) -> Sugge
                 draft(g, pack, taken, since)
             out.groups.append(g)
     out.groups += ranked[start:]
+    out.without_novel = out.attempts - len({a.diagnosis_id for g in out.groups for a in g.attempts})
     return out
 
 
@@ -486,5 +485,7 @@ def write_candidate(rules_dir: Path, out: Path, groups: list[Group]) -> Path:
         rule = out / "extract" / "catalog-messages.yaml"
         text = rule.read_text(encoding="utf-8")
         if f"\n  {NEEDS_MEANING}:" not in text:
+            if "\nsymptoms:\n" not in text:
+                raise RuntimeError(f"{rule}: no `symptoms:` mapping to define {NEEDS_MEANING} in")
             rule.write_text(text.replace("\nsymptoms:\n", "\nsymptoms:\n" + NEEDS_MEANING_DEF, 1), encoding="utf-8")
     return out / "catalogs" / SUGGESTED_CSV

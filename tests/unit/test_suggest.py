@@ -145,6 +145,11 @@ def test_a_line_a_concept_reads_gets_the_concepts_meaning(tmp_path):
         "application_failure",
     )
     assert re.search(g.row["pattern"], oom)
+    # the candidate holding it validates: the row and the concept do not both claim the line
+    written = suggest.write_candidate(Path(pack.path), tmp_path / "candidate", [g])
+    assert "needs_a_meaning" not in (tmp_path / "candidate" / "extract" / "catalog-messages.yaml").read_text()
+    code, out, err = cli("rules", "validate", "--rules-dir", str(written.parent.parent))
+    assert code == 0 and "INVALID" not in out, out + err
 
 
 def test_the_pattern_bounds_each_masked_part_by_what_the_group_logged():
