@@ -14,7 +14,12 @@ are grouped by the messages they logged that no completed attempt ever logged:
   (rules/claims.py); a line a catalog row or a specific rule claims is known (left out, said
   why); a line only a failure concept reads gets the concept's meaning proposed.
 
-Groups are ranked by attempts, then hosts. For each of the first `top` a catalog row is drafted:
+This is novelty's notion (tasks/novelty.py) taken fleet-wide: a diagnosis' own `novel_templates`
+are relative to its job's last good attempt and capped at 10, so they are recomputed here from the
+rows every attempt keeps, against every completed attempt at once.
+
+Groups are ranked by attempts, then hosts (those of each attempt's first such line: the table keeps
+one first line per template and attempt). For each of the first `top` a catalog row is drafted:
 the message as an RE2 pattern (each masked part a bounded class wide enough for every line of the
 group, checked on each in DuckDB's RE2; a literal when nothing is masked), whose longest literal
 is the scan's pre-filter (4+ characters: rules/catalog.py literals_of, MIN_LITERAL); the group's
