@@ -70,10 +70,15 @@ def run(args: argparse.Namespace) -> int:
     found = suggest(wh, pack, since, top)
     written = write_candidate(rules_dir, out, found.drafted) if out is not None else None
     if args.json:
-        print(json.dumps(as_json(found, cfg.warehouse, written), indent=2, default=str))
+        print(json.dumps(as_json(found, cfg.warehouse, written), indent=2, default=_iso))
     else:
         print(text(found, cfg.warehouse, written))
     return EXIT_OK
+
+
+def _iso(value: Any) -> str:
+    """Times as RFC 3339 in the JSON."""
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
 def _meaning(g: Any) -> str:
