@@ -25,9 +25,17 @@ IMPACT_OPTIONS = (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("impact")
     g.add_argument("--candidate", metavar="DIR", help="impact: the rules pack to compare with the one in force")
-    g.add_argument("--since", metavar="TIME", help="impact: attempts that ended since (RFC 3339, or 30d, 12h)")
+    g.add_argument(
+        "--since",
+        metavar="TIME",
+        help="impact, suggest: attempts that ended since (RFC 3339, or 30d, 12h; suggest: 30d)",
+    )
     g.add_argument("--cluster", metavar="NAME", help="impact: this cluster's attempts only")
-    g.add_argument("--warehouse", metavar="PATH", help="impact: the warehouse whose archive is replayed")
+    g.add_argument(
+        "--warehouse",
+        metavar="PATH",
+        help="impact: the warehouse whose archive is replayed; suggest: whose attempts are grouped",
+    )
     g.add_argument("--markdown", action="store_true", help="impact: the report as markdown (a review comment)")
     g.add_argument("--max-changed", type=int, metavar="N", help="impact: exit 4 when more than N attempts change")
     g.add_argument(

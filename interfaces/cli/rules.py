@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from workload_attribution.cli import common, impact
+from workload_attribution.cli import common, impact, suggest
 from workload_attribution.cli.common import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, BadInput
 
 
@@ -22,10 +22,12 @@ def add(sub: Any) -> None:
             "(exit 4 when any fails); catalog: the message catalogs' rows (--family F); graph: which rule produces "
             "each symptom and which rules read it; coverage: catalog rows and verdict paths no test reaches; impact: "
             "replay the archived attempts under this pack and --candidate DIR, and say what would change (exit 4 "
-            "past --max-changed or --max-changed-percent)."
+            "past --max-changed or --max-changed-percent); suggest: group the warehouse's insufficient_evidence "
+            "attempts (--since, 30d) by the messages they logged that no completed attempt did, draft a catalog row "
+            "for each of the --top N largest groups, and with --out DIR write a candidate pack holding them."
         ),
     )
-    r.add_argument("action", choices=["list", "validate", "test", "catalog", "graph", "coverage", "impact"])
+    r.add_argument("action", choices=["list", "validate", "test", "catalog", "graph", "coverage", "impact", "suggest"])
     r.add_argument("--rules-dir", metavar="DIR", help="rules pack directory")
     r.add_argument(
         "--rule",
@@ -37,12 +39,16 @@ def add(sub: Any) -> None:
     r.add_argument("--json", action="store_true", help="list (impact: the report) as JSON")
     r.add_argument("-v", "--verbose", action="store_true", help="show passing test cases too")
     impact.add_arguments(r)
+    suggest.add_arguments(r)
     r.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    if args.action == "suggest":
+        return suggest.run(args)
+    suggest.refuse_its_options(args)
     if args.action == "impact":
         return impact.run(args)
     impact.refuse_its_options(args)

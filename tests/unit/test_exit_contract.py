@@ -63,6 +63,15 @@ def not_duckdb(tmp: Path) -> Path:
     return path
 
 
+def empty_duckdb(tmp: Path) -> Path:
+    """A DuckDB file with nothing in it (no diagnosis written yet)."""
+    import duckdb
+
+    path = tmp / "empty.duckdb"
+    duckdb.connect(str(path)).close()
+    return path
+
+
 def broken_bundle_tree(tmp: Path) -> Path:
     tree = tmp / "tree"
     shutil.copytree(EXAMPLES / "cuda_oom_one_rank-1-0", tree / "ok")
@@ -84,6 +93,12 @@ CASES: dict[str, list[Case]] = {
         (0, lambda t: ["rules", "validate"], "valid"),
         (2, lambda t: ["rules", "test", "--rules-dir", str(t / "nope")], "no such directory"),
         (4, lambda t: ["rules", "test", "--rules-dir", str(failing_rule_pack(t)), "--rule", "hung-task"], "1 failed"),
+        (0, lambda t: ["rules", "suggest", "--warehouse", str(empty_duckdb(t))], "keeps no log templates"),
+        (2, lambda t: ["rules", "suggest", "--warehouse", str(t / "missing.duckdb")], "no warehouse at"),
+        (2, lambda t: ["rules", "suggest", "--warehouse", str(empty_duckdb(t)), "--since", "yesterday"], "not a time"),
+        (2, lambda t: ["rules", "suggest", "--warehouse", str(empty_duckdb(t)), "--top", "0"], "at least 1"),
+        (2, lambda t: ["rules", "suggest", "--warehouse", str(empty_duckdb(t)), "--out", str(t)], "not an empty"),
+        (2, lambda t: ["rules", "list", "--top", "3"], "of `rules suggest` only"),
     ],
     "eval": [
         (0, lambda t: ["eval", str(eval_dir(t, right=True))], "1 bundle(s)"),
