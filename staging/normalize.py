@@ -4,25 +4,17 @@ form, ranks); continuation lines inherit the time of the stamped lines around th
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import duckdb
 
-from workload_attribution.staging.database import MAX_TEXT, render, scalar, sql
+from workload_attribution.staging.database import MAX_TEXT, plainly, render, scalar, sql
 from workload_attribution.staging.files import plain_text, read_pieces
 
 # How many lines before and after a continuation line are searched for the stamps around it.
 CONTEXT_LINES = 48
-# Below this many lines, the grammar (parse_log_line: ~136 KB of plan once its macros are
-# expanded) costs more to optimise and to set up on a second thread than to run: ~90 ms a statement
-# optimised on two threads, ~50 ms unoptimised on one, for a tiny attempt. The optimizer only
-# rewrites (same rows: tests/unit/test_log_lines.py); past ~4,000 lines its plan's per-line cost
-# (~4 us against ~16) wins back what planning it took.
-SMALL_PARSE = 2_000
 
 
 @dataclass
@@ -43,7 +35,9 @@ def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref: datetime, files_by_r
     stamped lines around them in their file (read again, streamed, only around those lines).
     A stamp outside 1970..2200, or one that makes no time, quarantines its line: kept with no time
     (time_quality 'quarantined'), counted, never given its neighbours' time."""
-    with _plain_plan(con, scalar(con, "SELECT count(*) FROM raw_lines")):
+    # the grammar (parse_log_line: ~136 KB of plan once its macros are expanded) took ~90 ms a
+    # statement to plan, optimise and set up on two threads for a tiny attempt's few lines
+    with plainly(con, scalar(con, "SELECT count(*) FROM raw_lines"), one_thread=True):
         con.execute(sql("parse_lines.sql"), {"tz": tz, "ref": ref})
     n = scalar(con, "SELECT count(*) FROM parsed_lines WHERE kind = 'raw'")
     # the lines' ids, taken from obs_seq as one block (nothing else draws from it meanwhile) and
@@ -82,28 +76,9 @@ def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref: datetime, files_by_r
         with plain_text(files_by_ref[ref_path]) as plain:
             if plain.path is not None:
                 _window(con, ref_path, plain.path)
-    with _plain_plan(con, scalar(con, "SELECT count(*) FROM line_window")):
+    with plainly(con, scalar(con, "SELECT count(*) FROM line_window"), one_thread=True):
         con.execute(render("inherit_time.sql", context=CONTEXT_LINES), {"tz": tz, "ref": ref})
     return done
-
-
-@contextmanager
-def _plain_plan(con: duckdb.DuckDBPyConnection, lines: int) -> Iterator[None]:
-    """The grammar's statement over `lines` lines: unoptimised on one thread when they are few
-    (SMALL_PARSE), as planned otherwise. Threads are the database's setting (this attempt's own:
-    put back after), the optimizer this connection's."""
-    # a database the rules already locked (rules/claims.py stages lines into one) keeps its settings
-    if lines >= SMALL_PARSE or scalar(con, "SELECT current_setting('lock_configuration')"):
-        yield
-        return
-    threads = scalar(con, "SELECT current_setting('threads')")
-    con.execute("SET threads = 1")
-    con.execute("PRAGMA disable_optimizer")
-    try:
-        yield
-    finally:
-        con.execute("PRAGMA enable_optimizer")
-        con.execute(f"SET threads = {int(threads)}")
 
 
 def _quarantined(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], dict[str, int]]:
