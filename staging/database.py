@@ -118,23 +118,20 @@ FEW_ROWS = 3_000
 @contextmanager
 def plainly(con: duckdb.DuckDBPyConnection, rows: int, one_thread: bool = False) -> Iterator[None]:
     """Statements over `rows` rows, unoptimised when they are few (FEW_ROWS), and with `one_thread`
-    on one thread then (a second only adds its own setup). The optimizer is this connection's
-    setting; threads are the database's (this attempt's own, put back after; a database the rules
-    already locked keeps its threads: rules/claims.py stages lines into one)."""
+    on one thread from then on: the rules would choose one for so few rows anyway (rules/phases.py
+    ONE_THREAD_ROWS), and a second thread only adds its own setup (starting it again, ~10 ms). The
+    optimizer is this connection's setting; threads are the database's (this attempt's own; a
+    database the rules already locked keeps its threads: rules/claims.py stages lines into one)."""
     if rows >= FEW_ROWS:
         yield
         return
-    threads = None
-    if one_thread and not scalar(con, "SELECT current_setting('lock_configuration')"):
-        threads = scalar(con, "SELECT current_setting('threads')")
+    if one_thread and not scalar(con, "SELECT current_setting('lock_configuration') OR current_setting('threads') = 1"):
         con.execute("SET threads = 1")
     con.execute("PRAGMA disable_optimizer")
     try:
         yield
     finally:
         con.execute("PRAGMA enable_optimizer")
-        if threads is not None:
-            con.execute(f"SET threads = {int(threads)}")
 
 
 def observed(con: duckdb.DuckDBPyConnection) -> int:
