@@ -19,6 +19,7 @@ else an IPv4 address: catalog-peer-to-host maps it to the allocation).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -87,11 +88,18 @@ def _escape(literal: str) -> str:
     return "".join("\\" + ch if ch in ".^$*+?()[]{}|\\" else ch for ch in literal)
 
 
+@lru_cache(maxsize=8)
+def _alternation(literals: tuple[tuple[str, ...], ...]) -> str:
+    """SQL: the concepts' literals as one RE2 alternation (~1,900 of them escaped: ~6 ms an attempt
+    built anew, the same for every attempt of a pack)."""
+    return _sql_text("|".join(sorted({_escape(lit) for lits in literals for lit in lits})))
+
+
 def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> int:
     # a line holding one of the concepts' literals (one DFA over plain strings: every line the
     # scan kept passes through it), not one alternation of every concept's words (case-insensitive
     # groups and joins: RE2 runs out of DFA and crawls, 200 s over 50,000 lines)
-    any_says = _sql_text("|".join(sorted({_escape(lit) for c in concepts for lit in c.literals})))
+    any_says = _alternation(tuple(tuple(c.literals) for c in concepts))
     logs = sorted({s for c in concepts for s in c.sources if s in LOG_SOURCES})
     parts = []
     if logs:
