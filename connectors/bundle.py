@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from workload_attribution.connectors import scheduler_records as sr
 from workload_attribution.connectors.coverage import Cover, Tally
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
-from workload_attribution.connectors.schedulers import Scheduler, schedulers
+from workload_attribution.connectors.schedulers import Scheduler, find_scheduler, schedulers
 from workload_attribution.connectors.text import SQL_DIR, LogFileDetails, ScanStats, TextFile, scan_files
 from workload_attribution.connectors.topology import (
     MAX_TOPOLOGY_BYTES,
@@ -172,9 +172,9 @@ def _checked_scope(spec: Path, doc: dict[str, Any], text: str = "") -> AttemptSc
         loc = ".".join(str(p) for p in err["loc"])
         loc = loc or next((f for words, f in _MODEL_FIELDS.items() if words in err["msg"]), "attempt")
         raise BundleError(f"{spec}: field '{loc}': {err['msg'].removeprefix('Value error, ')}") from None
-    known = schedulers()
-    if scope.scheduler not in known:
-        raise BundleError(f"{spec}: field 'scheduler': {scope.scheduler!r} is not a scheduler ({', '.join(known)})")
+    if find_scheduler(scope.scheduler) is None:
+        known = ", ".join(schedulers())
+        raise BundleError(f"{spec}: field 'scheduler': {scope.scheduler!r} is not a scheduler ({known})")
     # a state its scheduler's table does not hold is no reason to refuse: the diagnosis notes it and
     # the record and the evidence decide (StateTable.unknown, tasks/steps.py scope_bundle)
     # names an attempt.yaml gives reach every output and every query: plain names only
@@ -252,7 +252,7 @@ def log_files(bundle: Path, source: str) -> tuple[list[TextFile], list[str]]:
 def _absent(cover: Cover, scope: AttemptScope, why: str) -> Collected:
     """A scheduler's records not in the bundle: missing evidence (`unavailable`) when the attempt's
     scheduler keeps its record as this source, else not applicable (`skipped`)."""
-    scheduler = schedulers().get(scope.scheduler)
+    scheduler = find_scheduler(scope.scheduler)
     keeps = scheduler is not None and (scheduler.records is not None or scheduler.bundle is not None)
     if keeps and scheduler is not None and _record_source(scheduler) == cover.source:
         return cover.outcome(CoverageStatus.unavailable, why)
@@ -488,7 +488,7 @@ class RecordFileDetails(Details):
 def collect_scheduler_record(cover: Cover, bundle: Path, scope: AttemptScope, staging: str) -> Collected:
     """The attempt's scheduler's own files (scheduler/qstat.json, bjobs.json ...: its BundleRecord),
     read by its module into the same records its connector stages from the live scheduler."""
-    scheduler = schedulers().get(scope.scheduler)
+    scheduler = find_scheduler(scope.scheduler)
     if scheduler is None or scheduler.bundle is None or _record_source(scheduler) != cover.source:
         return cover.outcome(CoverageStatus.skipped)
     reader = scheduler.bundle

@@ -102,18 +102,32 @@ def register(
     return add
 
 
+def _modules() -> list[str]:
+    """This package's modules that register something."""
+    package = importlib.import_module("workload_attribution.connectors")
+    # clusters.py registers nothing: it joins what registered into the configuration's cluster
+    # model (~0.1 s to build), which only a configured cluster needs
+    return [
+        m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_") and m.name != "clusters"
+    ]
+
+
 def load_all() -> None:
     """Import every module of this package once: each registers its sources and schedulers."""
     global _loaded
     if _loaded:
         return
-    package = importlib.import_module("workload_attribution.connectors")
-    for mod in pkgutil.iter_modules(package.__path__):
-        # clusters.py registers nothing: it joins what registered into the configuration's cluster
-        # model (~0.1 s to build), which only a configured cluster needs
-        if not mod.name.startswith("_") and mod.name != "clusters":
-            importlib.import_module(f"workload_attribution.connectors.{mod.name}")
+    for name in _modules():
+        importlib.import_module(f"workload_attribution.connectors.{name}")
     _loaded = True
+
+
+def load_named(name: str) -> None:
+    """Import the module of this package named `name`, if there is one: a connector or scheduler
+    lives in the module of its name (slurm.py, loki.py ...), so looking one up needs only it, not
+    every module (~35 ms of imports and models a bundle's diagnosis never uses)."""
+    if not _loaded and name in _modules():
+        importlib.import_module(f"workload_attribution.connectors.{name}")
 
 
 def connectors() -> dict[str, Connector]:
@@ -122,7 +136,9 @@ def connectors() -> dict[str, Connector]:
 
 
 def get(name: str) -> Connector:
-    found = connectors().get(name)
+    if name not in _REGISTRY:
+        load_named(name)
+    found = _REGISTRY.get(name) or connectors().get(name)
     if found is None:
         raise KeyError(f"no connector {name!r} (known: {', '.join(sorted(_REGISTRY))})")
     return found

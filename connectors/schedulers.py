@@ -42,7 +42,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from workload_attribution.connectors.registry import SourceConfig, load_all
+from workload_attribution.connectors.registry import SourceConfig, load_all, load_named
 from workload_attribution.contracts.identity import SCHEDULER_PATTERN, EndedAttempt, Target, printable_job_id
 from workload_attribution.contracts.models import AttemptScope, Observation
 from workload_attribution.contracts.vocabulary import TerminalState, check_pair
@@ -375,8 +375,16 @@ def schedulers() -> dict[str, Scheduler]:
     return dict(_SCHEDULERS)
 
 
+def find_scheduler(name: str) -> Scheduler | None:
+    """The scheduler of that name, None when none registers it; only its own module imported
+    when it lives in one of its name (registry.load_named), every module otherwise."""
+    if name not in _SCHEDULERS:
+        load_named(name)
+    return _SCHEDULERS.get(name) or schedulers().get(name)
+
+
 def get_scheduler(name: str) -> Scheduler:
-    found = schedulers().get(name)
+    found = find_scheduler(name)
     if found is None:
         raise KeyError(f"no scheduler {name!r} (known: {', '.join(sorted(_SCHEDULERS))})")
     return found

@@ -91,7 +91,7 @@ class CatalogRow(BaseModel):
     """One message. The words are the diagnosis vocabulary; role, terminal_state and sub_domain
     must also agree with the symptom's definition (checked with the pack: pack.check_catalog)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # as rules/pack.py Strict
 
     id: str = Field(pattern=r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
     family: Literal[FAMILIES]  # type: ignore[valid-type]

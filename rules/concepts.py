@@ -62,7 +62,7 @@ class ConceptError(Exception):
 
 
 class Example(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # as rules/pack.py Strict
 
     line: str = Field(min_length=1)
     source: Literal[SOURCES]  # type: ignore[valid-type]
@@ -70,7 +70,7 @@ class Example(BaseModel):
 
 
 class Concept(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # as rules/pack.py Strict
 
     id: str = Field(pattern=r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
     title: str = Field(min_length=10)

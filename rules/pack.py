@@ -42,8 +42,10 @@ class RuleFileError(Exception):
         super().__init__(f"{path}: rule {rule or '?'}: field '{field}': {message}")
 
 
+# The pack's models build their validators when first used, not at import: a process that
+# unpickles the shipped pack (default_pack) validates none of them (~25 ms at every start).
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class SymptomDef(Strict):
@@ -192,6 +194,8 @@ class NoVerdict(Strict):
 
 
 class Pack(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # as Strict
+
     version: str
     rules: list[Rule]
     precedence: list[str] = Field(default_factory=list, description="verdicts rules, the winner first")
@@ -225,24 +229,33 @@ class Pack(BaseModel):
         """One extract rule's literals for a source (its tests keep lines by these)."""
         return self._literals(rule, source)
 
-    def _literals(self, rule: Rule | None, source: str) -> list[str]:
-        # Minimising a few thousand literals takes milliseconds and every attempt asks for each of
-        # its sources: kept per pack, keyed by the rules and rows they come from (a pack's lists
-        # may be replaced or appended to after loading).
-        rules = [rule] if rule is not None else [r for r in self.rules if r.phase == "extract" and source in r.sources]
-        key = (
-            rule is None,
-            source,
-            id(self.catalog),
-            len(self.catalog),
-            id(self.concepts),
-            len(self.concepts),
-            *map(_literal_key, rules),
+    def _literal_inputs(self) -> tuple[Any, ...]:
+        """What the catalogs' rows and the concepts give the literals from (part of their key)."""
+        return (
+            tuple((row.match, row.pattern, row.sources) for row in self.catalog),
+            tuple((c.words, c.codes, c.patterns, c.sources) for c in self.concepts),
         )
+
+    def warm_literals(self) -> None:
+        """Every source's literals worked out now (default_pack keeps them with the pack), their
+        keys sharing one copy of the rows' and concepts' inputs."""
+        inputs = self._literal_inputs()
+        for source in sorted({s for r in self.rules for s in r.sources}):
+            self._literals(None, source, inputs)
+
+    def _literals(self, rule: Rule | None, source: str, inputs: tuple[Any, ...] | None = None) -> list[str]:
+        # Minimising a few thousand literals takes ~0.25 s for the shipped pack's sources and
+        # every attempt asks for each of its sources: kept per pack, keyed by what the literals
+        # come from (the rules, rows and concepts as they stand: a pack's lists may be replaced or
+        # appended to after loading), not by the objects' ids, so the shipped pack's cache keeps
+        # them too (default_pack: pickled with them, warm).
+        rules = [rule] if rule is not None else [r for r in self.rules if r.phase == "extract" and source in r.sources]
+        inputs = inputs or self._literal_inputs()
+        key = (rule is None, source, inputs, *map(_literal_key, rules))
         found = self._memo.get(key)
         if found is None:
             if rule is None:
-                lits = {lit for r in rules for lit in self._literals(r, source)}
+                lits = {lit for r in rules for lit in self._literals(r, source, inputs)}
             else:
                 lits = set(rule.prefilter)
                 if rule.catalog and source in rule.sources:
@@ -264,7 +277,7 @@ class Pack(BaseModel):
 
 def _literal_key(rule: Rule) -> tuple[Any, ...]:
     """What a rule's literals come from."""
-    return (id(rule), tuple(rule.prefilter), tuple(rule.sources), rule.catalog, rule.concepts)
+    return (rule.id, tuple(rule.prefilter), tuple(rule.sources), rule.catalog, rule.concepts)
 
 
 def _minimal(literals: set[str]) -> list[str]:
@@ -584,6 +597,7 @@ def default_pack() -> Pack:
             pass
     pack = load_pack(RULES_DIR)
     if cached is not None:
+        pack.warm_literals()  # kept with it: see Pack._literals
         _keep(cached, pack)
     return pack
 

@@ -16,6 +16,7 @@ from workload_attribution.rules.pack_data import DATA_DIR, load_catalog_table, l
 from workload_attribution.rules.runner import RunResult, run_rule
 from workload_attribution.rules.sandbox import Snapshots, lock_down
 from workload_attribution.rules.settings import Settings
+from workload_attribution.staging.database import observed
 
 ENGINE_SQL = Path(__file__).resolve().parent / "engine.sql"
 ONE_THREAD_ROWS = 122_880  # a DuckDB row group
@@ -59,10 +60,7 @@ def _choose_threads(con: duckdb.DuckDBPyConnection) -> None:
     # its rules on one thread: a second has nothing to share and only adds the hand-over of
     # every pipeline (~15% of a tiny attempt's diagnosis), and what SQL leaves unordered (a
     # list(DISTINCT ...)) comes out the same at every run. A bigger attempt keeps every core.
-    observed = con.execute(
-        "SELECT (SELECT count(*) FROM log_lines) + (SELECT count(*) FROM samples) + (SELECT count(*) FROM records)"
-    ).fetchone()
-    if observed and observed[0] < ONE_THREAD_ROWS:
+    if observed(con) < ONE_THREAD_ROWS:
         con.execute("SET threads = 1")
 
 

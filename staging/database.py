@@ -107,6 +107,43 @@ def open_staging(path: str) -> None:
         con.close()
 
 
+# Below this many rows, an attempt's statements cost more to optimise than the optimised plans
+# save: a tiny attempt's rules, report and grammar spent ~40% of their time in DuckDB's optimizer
+# and in setting up what it made. Measured per rules phase: 440 -> 270 ms at ~50 observations,
+# 500 -> 410 ms at 5,000, but 0.8 -> 2.1 s at 20,000 (joins left as written); the grammar breaks
+# even near 4,000 lines. The optimizer only rewrites: the same rows either way.
+FEW_ROWS = 3_000
+
+
+@contextmanager
+def plainly(con: duckdb.DuckDBPyConnection, rows: int, one_thread: bool = False) -> Iterator[None]:
+    """Statements over `rows` rows, unoptimised when they are few (FEW_ROWS), and with `one_thread`
+    on one thread from then on: the rules would choose one for so few rows anyway (rules/phases.py
+    ONE_THREAD_ROWS), and a second thread only adds its own setup (starting it again, ~10 ms). The
+    optimizer is this connection's setting; threads are the database's (this attempt's own; a
+    database the rules already locked keeps its threads: rules/claims.py stages lines into one)."""
+    if rows >= FEW_ROWS:
+        yield
+        return
+    if one_thread and not scalar(con, "SELECT current_setting('lock_configuration') OR current_setting('threads') = 1"):
+        con.execute("SET threads = 1")
+    con.execute("PRAGMA disable_optimizer")
+    try:
+        yield
+    finally:
+        con.execute("PRAGMA enable_optimizer")
+
+
+def observed(con: duckdb.DuckDBPyConnection) -> int:
+    """How many observations the attempt holds: its log lines, samples and records."""
+    return int(
+        scalar(
+            con,
+            "SELECT (SELECT count(*) FROM log_lines) + (SELECT count(*) FROM samples) + (SELECT count(*) FROM records)",
+        )
+    )
+
+
 def naive_utc(value: datetime | None) -> datetime | None:
     """DuckDB TIMESTAMP columns here are UTC without a zone."""
     if value is None:

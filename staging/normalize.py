@@ -10,7 +10,7 @@ from pathlib import Path
 
 import duckdb
 
-from workload_attribution.staging.database import MAX_TEXT, render, scalar, sql
+from workload_attribution.staging.database import MAX_TEXT, plainly, render, scalar, sql
 from workload_attribution.staging.files import plain_text, read_pieces
 
 # How many lines before and after a continuation line are searched for the stamps around it.
@@ -35,6 +35,33 @@ def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref: datetime, files_by_r
     stamped lines around them in their file (read again, streamed, only around those lines).
     A stamp outside 1970..2200, or one that makes no time, quarantines its line: kept with no time
     (time_quality 'quarantined'), counted, never given its neighbours' time."""
+    # a tiny attempt's statements cost more to plan than to run: the grammar (parse_log_line,
+    # ~136 KB of plan once its macros are expanded) took ~90 ms a statement optimised on two threads.
+    # The lines it parses: the kept ones, and each scanned file's first and last (parse_lines.sql)
+    parsed = scalar(
+        con,
+        "SELECT (SELECT count(*) FROM raw_lines) + (SELECT coalesce(sum(len(head) + coalesce(len(tail), 0)), 0) "
+        "FROM source_files WHERE head IS NOT NULL)",
+    )
+    with plainly(con, parsed, one_thread=True):
+        done, needing = _stamped(con, tz, ref, files_by_ref)
+    if not needing:
+        return done
+    con.execute("CREATE OR REPLACE TEMP TABLE line_window (path VARCHAR, lineno BIGINT, line VARCHAR)")
+    for ref_path in needing:  # the file read once, in pieces; only the pieces holding a window go to DuckDB
+        with plain_text(files_by_ref[ref_path]) as plain:
+            if plain.path is not None:
+                _window(con, ref_path, plain.path)
+    with plainly(con, scalar(con, "SELECT count(*) FROM line_window"), one_thread=True):
+        con.execute(render("inherit_time.sql", context=CONTEXT_LINES), {"tz": tz, "ref": ref})
+    return done
+
+
+def _stamped(
+    con: duckdb.DuckDBPyConnection, tz: str, ref: datetime, files_by_ref: dict[str, Path]
+) -> tuple[Normalized, list[str]]:
+    """raw_lines parsed into log_lines; what normalising found, and the files holding lines with no
+    time of their own (continuation lines), whose neighbours are read next."""
     con.execute(sql("parse_lines.sql"), {"tz": tz, "ref": ref})
     n = scalar(con, "SELECT count(*) FROM parsed_lines WHERE kind = 'raw'")
     # the lines' ids, taken from obs_seq as one block (nothing else draws from it meanwhile) and
@@ -66,15 +93,7 @@ def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref: datetime, files_by_r
         ).fetchall()
         if r[0] in files_by_ref
     ]
-    if not needing:
-        return done
-    con.execute("CREATE OR REPLACE TEMP TABLE line_window (path VARCHAR, lineno BIGINT, line VARCHAR)")
-    for ref_path in needing:  # the file read once, in pieces; only the pieces holding a window go to DuckDB
-        with plain_text(files_by_ref[ref_path]) as plain:
-            if plain.path is not None:
-                _window(con, ref_path, plain.path)
-    con.execute(render("inherit_time.sql", context=CONTEXT_LINES), {"tz": tz, "ref": ref})
-    return done
+    return done, needing
 
 
 def _quarantined(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], dict[str, int]]:

@@ -39,7 +39,7 @@ from workload_attribution.rules.engine import Settings, prepare, run_phases
 from workload_attribution.rules.pack import Pack
 from workload_attribution.staging.attempt import create_staging
 from workload_attribution.staging.clocks import ClockOffset, check_clocks
-from workload_attribution.staging.database import connected, release_staging
+from workload_attribution.staging.database import connected, observed, plainly, release_staging
 from workload_attribution.staging.hosts import spell_as_allocated
 from workload_attribution.staging.normalize import normalize
 from workload_attribution.staging.observations import insert_observations, non_finite
@@ -301,7 +301,7 @@ def attribute(
 ) -> Diagnosis:
     """Run the rule phases and build the diagnosis."""
     settings = settings or Settings()
-    with connected(scoped.staging) as con:
+    with connected(scoped.staging) as con, plainly(con, observed(con)):
         prepare(con, pack, settings)
         skewed = check_clocks(con, settings.skew_tolerance_s)  # a host's clock off: named, corrected when firm
         if skewed:
