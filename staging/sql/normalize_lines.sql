@@ -1,5 +1,10 @@
 -- parsed_lines (parse_lines.sql) -> log_lines, numbered in file order from $base + 1 (ids that
--- staging/normalize.py took from obs_seq for them).
+-- staging/normalize.py took from obs_seq for them). Files in the order of their layer, then path,
+-- not of their file_id: the connectors collect in parallel threads and take file ids in whatever
+-- order they run, and a tie between two events of the same second falls by these ids
+-- (rules/phases.py renumber_events), so the same bundle must number its lines the same way. The
+-- layer nearer the hardware first: in one second the kernel's report of a fault (an XID, a machine
+-- check) comes before the application's report of what it saw of it.
 -- A line with a time of its own was written then: its interval [time_lo, time_hi] is that instant.
 -- A stamp outside 1970..2200 (year 10000 in UTC, year 1, 1969), or one whose fields make no time
 -- ('-infinity': 11:59:60 on a day with no leap second, hour 25, a 15-digit fraction), is no log's:
@@ -11,7 +16,7 @@ WITH ranged AS (
     SELECT *, CASE WHEN stamp >= TIMESTAMP '1970-01-02' AND stamp < TIMESTAMP '2200-01-01' THEN stamp END AS t
     FROM parsed_lines WHERE kind = 'raw'
 )
-SELECT $base + row_number() OVER (ORDER BY s.file_id, t.lineno), s.source, s.connector, s.node, s.path, t.lineno,
+SELECT $base + row_number() OVER (ORDER BY CASE s.source WHEN 'syslog' THEN 0 WHEN 'fabricmanager' THEN 1 WHEN 'app' THEN 2 ELSE 3 END, s.source, s.path, s.file_id, t.lineno), s.source, s.connector, s.node, s.path, t.lineno,
        t.t,
        CASE WHEN t.t IS NOT NULL THEN 'own' WHEN t.stamp IS NOT NULL THEN 'quarantined' ELSE 'none' END,
        t.rank,
@@ -21,4 +26,4 @@ SELECT $base + row_number() OVER (ORDER BY s.file_id, t.lineno), s.source, s.con
        t.t,
        t.t
 FROM ranged t JOIN source_files s USING (file_id)
-ORDER BY s.file_id, t.lineno
+ORDER BY CASE s.source WHEN 'syslog' THEN 0 WHEN 'fabricmanager' THEN 1 WHEN 'app' THEN 2 ELSE 3 END, s.source, s.path, s.file_id, t.lineno
