@@ -76,7 +76,7 @@ def _diagnosed(base: Path) -> list[tuple[Diagnosis, list]]:
     ]
     written: list[tuple[Diagnosis, list]] = []
 
-    def record(self, d, topology=None):
+    def record(self, d, topology=None, templates=None):  # Warehouse.write's signature
         written.append((d, [list(r) for r in topology or []]))
         return True
 
