@@ -130,7 +130,8 @@ class ReadStats:
     cut_bytes: int = 0  # what was dropped of them
 
 
-def _decode(raw: bytes, first: int, lines: int) -> Piece:
+def decode(raw: bytes) -> tuple[str, bool]:
+    """Bytes as text, and whether they were not all UTF-8 (or held NULs): bad bytes become U+FFFD."""
     lenient = False
     if b"\x00" in raw:
         raw, lenient = raw.replace(b"\x00", b"\xef\xbf\xbd"), True
@@ -138,6 +139,11 @@ def _decode(raw: bytes, first: int, lines: int) -> Piece:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         text, lenient = raw.decode("utf-8", errors="replace"), True
+    return text, lenient
+
+
+def _decode(raw: bytes, first: int, lines: int) -> Piece:
+    text, lenient = decode(raw)
     return Piece(text, first, lines, lenient)
 
 
@@ -155,6 +161,23 @@ def read_pieces(
     """A text file as pieces of whole lines, streamed: at most about 2 x piece_bytes + max_line bytes
     are held at a time, whatever the file (a 1 GiB line is read as its first max_line bytes, the rest
     counted in `stats` and skipped). Only a regular file is opened (never blocks on a FIFO)."""
+    for raw in read_raw_pieces(path, stats, piece_bytes, max_line):
+        yield _decode(raw.data, raw.first, raw.lines)
+
+
+@dataclass(frozen=True)
+class RawPiece:
+    """A Piece before decoding: whole lines as bytes, joined by b'\\n' (no final newline)."""
+
+    data: bytes
+    first: int
+    lines: int
+
+
+def read_raw_pieces(
+    path: Path, stats: ReadStats | None = None, piece_bytes: int = PIECE_BYTES, max_line: int = MAX_LINE
+) -> Iterator[RawPiece]:
+    """read_pieces' pieces as bytes, for a reader that decodes only some lines (tasks/templates.py)."""
     stats = stats if stats is not None else ReadStats()
     lineno, carry, skipping = 1, b"", False
     with open_regular(path) as fh:
@@ -173,7 +196,7 @@ def read_pieces(
             else:
                 whole, carry = data[:last], data[last + 1 :]
                 n = whole.count(b"\n") + 1
-                yield _decode(whole, lineno, n)
+                yield RawPiece(whole, lineno, n)
                 lineno += n
                 del whole, data
             if len(carry) > max_line:
@@ -182,7 +205,7 @@ def read_pieces(
                 stats.cut_bytes += len(carry) - cut
                 carry, skipping = carry[:cut], True
         if carry or skipping:
-            yield _decode(carry, lineno, 1)
+            yield RawPiece(carry, lineno, 1)
             lineno += 1
     stats.lines = lineno - 1
 

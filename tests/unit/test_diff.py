@@ -11,6 +11,9 @@ from pathlib import Path
 import duckdb
 
 from tests.conftest import ROOT, WORKED
+from workload_attribution.connectors.bundle import TEXT_SOURCES, log_files
+from workload_attribution.staging.files import MAX_LINE, decode
+from workload_attribution.tasks import templates as templates_module
 from workload_attribution.tasks.templates import VARIABLE, diff, mask_expression, templates_of
 
 HOSTS = ["gb-r12-n01", "gb-r12-n02", "gb-r12-n03", "gb-r12-n04", "gb-r12-n05", "gb-r12-n06"]
@@ -82,6 +85,54 @@ def test_one_message_is_one_template_whatever_its_numbers_hosts_and_paths():
         "gb-r12-n01 kernel: mlx5_core 0000:1a:00.1: port module event: module 0, Cable unplugged",
     )
     assert len(set(different)) == 4, different
+
+
+# Lines alike but for their digits (a host of another attempt named like these, `1x2f` beside
+# `0x1f`), and what a reader stumbles on: CRLF, bad bytes and NULs, blank and all-space lines.
+SHAPES = [
+    "2026-11-20T13:{m:02d}:00Z gb-r12-n0{h} app[{pid}]: peer gb-r12-n{peer:02d} reg 0x{a:x} {d}x{b:x}f moved",
+    "2026-11-20T13:{m:02d}:01Z gb-r12-n0{h} app[{pid}]: 10.0.{h}.{pid:d}:{port} said {d}{d}.{m} in /x/y{h}/z\r",
+    "2026-11-20T13:{m:02d}:02Z gb-r12-n0{h} app[{pid}]: odd bytes \udcff\x00 at step {pid}",
+    "",
+    "   ",
+]
+
+
+def test_templates_are_counted_by_shape_as_if_each_line_were_masked(tmp_path, monkeypatch):
+    """templates_of masks one line per shape (its digits as 0) and counts the rest: the same
+    templates, counts and first lines as masking every line, across pieces and batches."""
+    bundle = tmp_path / "b"
+    shutil.copytree(WORKED, bundle)
+    for n, host in enumerate(HOSTS[:3]):
+        with open(bundle / f"logs/app/{host}.log", "ab") as f:
+            for i in range(400):
+                line = SHAPES[i % len(SHAPES)].format(
+                    m=i // 7, h=n + 1, pid=7 + i * 13, peer=i % 12, a=i, b=i % 9, d=i % 10, port=1000 + i
+                )
+                f.write(line.encode("utf-8", "surrogateescape") + b"\n")
+    monkeypatch.setattr(templates_module, "PIECE_BYTES", 2048)  # many pieces, many batches
+    got = templates_of(bundle)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE lines (ref VARCHAR, lineno BIGINT, x VARCHAR)")
+    for source in TEXT_SOURCES:
+        for f in log_files(bundle, source)[0]:
+            rows = [(f.ref, i + 1, decode(raw)[0]) for i, raw in enumerate(f.path.read_bytes().split(b"\n"))]
+            con.executemany("INSERT INTO lines VALUES (?, ?, ?)", rows)
+    each = {
+        (template, ref): (int(n), first)
+        for template, ref, n, first in con.execute(
+            f"""SELECT {mask_expression(f"left(rtrim(x, chr(13)), {MAX_LINE})", HOSTS)} AS template, ref,
+                       count(*), min(lineno) FROM lines WHERE trim(x) <> '' GROUP BY ALL"""
+        ).fetchall()
+    }
+    counts: dict[str, int] = {}
+    for (template, _), (n, _) in each.items():
+        counts[template] = counts.get(template, 0) + n
+    assert {k: t.count for k, t in got.templates.items()} == counts
+    wrong = [(k, t.ref, t.line, each[(k, t.ref)]) for k, t in got.templates.items() if each[(k, t.ref)][1] != t.line]
+    assert not wrong, wrong
+    moved = [t for k, t in got.templates.items() if k.endswith("moved")]
+    assert len(moved) == 1 and moved[0].count == 3 * 80, moved  # one template whatever the peer and digits
 
 
 def test_the_planted_messages_are_what_the_bad_copy_logged_alone(tmp_path):
