@@ -37,7 +37,7 @@ import duckdb
 from workload_attribution.connectors.bundle import TEXT_SOURCES, load_scope, log_files
 from workload_attribution.connectors.text import TextFile
 from workload_attribution.contracts.models import AttemptScope
-from workload_attribution.staging.database import naive_utc, plainly, sql, sql_literal
+from workload_attribution.staging.database import naive_utc, sql, sql_literal
 from workload_attribution.staging.files import (
     COMPRESSED_SUFFIXES,
     MAX_LINE,
@@ -56,6 +56,10 @@ MAX_LINES = 4_000_000
 MAX_TEMPLATES = 20_000
 # A template is kept this long (characters): enough to tell messages apart.
 TEMPLATE_CHARS = 400
+# First lines (of shapes) held before they are masked and merged: few when most lines share a
+# shape; when none do (a random id on every line), fewer, larger batches pay the merge's fixed cost
+# (~0.15 s of planning, the stamps' grammar most of it) fewer times.
+BATCH_BYTES = 4 * PIECE_BYTES
 # A template's first line is kept this long.
 RAW_CHARS = 1000
 # A template whose rate (per line read) differs between the attempts by this factor or more, and
@@ -231,6 +235,10 @@ def templates_of(
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
+        # Unoptimised: these statements are a join of first lines to their shapes' templates, the
+        # stamps of a few lines, and merges of a few rows; optimising their plans (constants of
+        # megabytes, the stamps' grammar of ~136 KB) cost 2-3 times running them (docs/benchmarks.md)
+        con.execute("PRAGMA disable_optimizer")
         con.execute(sql("log_time_macros.sql"))
         con.execute(
             "CREATE TABLE seen (template VARCHAR, n BIGINT, "
@@ -342,9 +350,7 @@ def _merge(
         f"CREATE OR REPLACE TEMP TABLE per_file AS {query}",
         batch.parameters(),
     )
-    rows = int(con.execute("SELECT count(*) FROM per_file").fetchone()[0])  # type: ignore[index]
-    with plainly(con, rows):  # the grammar's plan costs more to optimise than a few rows save
-        con.execute(f"CREATE OR REPLACE TEMP TABLE batch AS {_FIRSTS}", params)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE batch AS {_FIRSTS}", params)
     room = max(0, max_templates - con.execute("SELECT count(*) FROM seen").fetchone()[0])  # type: ignore[index]
     con.execute(
         """
