@@ -56,10 +56,6 @@ MAX_LINES = 4_000_000
 MAX_TEMPLATES = 20_000
 # A template is kept this long (characters): enough to tell messages apart.
 TEMPLATE_CHARS = 400
-# First lines (of shapes) held before they are masked and merged: few when most lines share a
-# shape; when none do (a random id on every line), fewer, larger batches pay the merge's fixed cost
-# (~0.15 s of planning, the stamps' grammar most of it) fewer times.
-BATCH_BYTES = 4 * PIECE_BYTES
 # A template's first line is kept this long.
 RAW_CHARS = 1000
 # A template whose rate (per line read) differs between the attempts by this factor or more, and
