@@ -5,7 +5,8 @@
 Generates one attempt (tests/bench/bench.py's make_attempt: the scenario generator's GPU fault in
 noise), diagnoses it into a fresh warehouse (a confident verdict: no second pass, the reference),
 then times what the same attempt costs when its verdict is doubtful, step by step:
-  - templates_of: every line read again, masked into templates and counted;
+  - templates_of: every line read again, masked into templates and counted; then once more on a
+    copy whose every line carries a random id (no two lines alike: each masked on its own);
   - as the job's good attempt: its templates kept (read, then the write with its rows);
   - as a doubtful attempt of the same job: templates read, compared with the good attempt's and the
     fleet's (the warehouse lookups), then written with its diagnosis;
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import resource
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -49,6 +52,15 @@ def timed(work: Callable[[], Any], runs: int) -> tuple[float, float, Any]:
             best = (wall, cpu, out)
     assert best is not None
     return best
+
+
+def with_random_ids(bundle: Path) -> None:
+    """Every log line of the bundle given a random 32-hex-digit id: no two lines alike but for their
+    digits, so each is masked on its own (tasks/templates.py's worst case)."""
+    rng = random.Random(7)
+    for path in sorted((bundle / "logs").glob("*/*.log")):
+        lines = path.read_bytes().split(b"\n")
+        path.write_bytes(b"\n".join(x + b" request %032x" % rng.getrandbits(128) if x else x for x in lines))
 
 
 def fleet(wh: Warehouse, attempts: int, end: datetime, shared: list[str]) -> int:
@@ -91,6 +103,19 @@ def main(argv: list[str] | None = None) -> int:
 
         wall, cpu, t = timed(lambda: templates_of(bundle), args.runs)
         rows.append((f"`templates_of`: {t.lines:,} lines read again, {len(t.templates):,} templates", wall, cpu))
+        unlike = Path(tmp) / "unlike"
+        shutil.copytree(bundle, unlike)
+        with_random_ids(unlike)
+        wall, cpu, u = timed(lambda: templates_of(unlike), 1)
+        rows.append(
+            (
+                f"`templates_of`, the worst case: every line with a random id (no two alike), "
+                f"{u.lines:,} lines, {len(u.templates):,} templates",
+                wall,
+                cpu,
+            )
+        )
+        shutil.rmtree(unlike)
 
         a = d.attempt
         good = d.model_copy(
