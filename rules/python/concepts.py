@@ -22,6 +22,9 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from workload_attribution.staging.database import scalar
+from workload_attribution.staging.prefilter import engine, matcher
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -81,6 +84,9 @@ _AS_WRITTEN = (
     "CASE WHEN starts_with(text, '{\"log\":') AND json_valid(text) "
     "THEN rtrim(coalesce(json_extract_string(text, '$.log'), ''), chr(10) || chr(13)) ELSE text END"
 )
+# Lines from which Hyperscan finds those saying a concept's literals (compiling its database, once
+# per process, costs more than RE2 over a few lines)
+MANY_LINES = 3_000
 AROUND = 3  # a line's context: the kept lines of its file this many lines either side
 
 
@@ -89,17 +95,19 @@ def _escape(literal: str) -> str:
 
 
 @lru_cache(maxsize=8)
-def _alternation(literals: tuple[tuple[str, ...], ...]) -> str:
+def _alternation(literals: tuple[str, ...]) -> str:
     """SQL: the concepts' literals as one RE2 alternation (~1,900 of them escaped: ~6 ms an attempt
     built anew, the same for every attempt of a pack)."""
-    return _sql_text("|".join(sorted({_escape(lit) for lits in literals for lit in lits})))
+    return _sql_text("|".join(sorted({_escape(lit) for lit in literals})))
 
 
 def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> int:
-    # a line holding one of the concepts' literals (one DFA over plain strings: every line the
-    # scan kept passes through it), not one alternation of every concept's words (case-insensitive
-    # groups and joins: RE2 runs out of DFA and crawls, 200 s over 50,000 lines)
-    any_says = _alternation(tuple(tuple(c.literals) for c in concepts))
+    """concept_lines: the staged lines of the concepts' sources (and records' texts) holding one of
+    their literals. Many lines are scanned at once by Hyperscan (staging/prefilter.py) when it is
+    there (a DuckDB alternation of ~1,900 literals cost ~29 us a line); a few, or without it, by one
+    RE2 alternation in DuckDB (one DFA over plain strings, not one alternation of every
+    concept's words: case-insensitive groups and joins run RE2 out of DFA, 200 s over 50,000
+    lines), the same lines either way."""
     logs = sorted({s for c in concepts for s in c.sources if s in LOG_SOURCES})
     parts = []
     if logs:
@@ -111,11 +119,23 @@ def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> int:
         parts.append(
             "SELECT obs_id, 'records' AS source, NULL AS path, NULL AS lineno, text FROM records WHERE text IS NOT NULL"
         )
-    row = con.execute(
-        f"""CREATE OR REPLACE TEMP TABLE concept_lines AS
-            SELECT obs_id, source, path, lineno, text FROM ({" UNION ALL ".join(parts)})
-            WHERE regexp_matches(text, {any_says})"""
-    ).fetchone()
+    staged = f"SELECT obs_id, source, path, lineno, text FROM ({' UNION ALL '.join(parts)})"
+    literals = tuple(sorted({lit for c in concepts for lit in c.literals if lit}))
+    if engine() == "hyperscan" and scalar(con, "SELECT count(*) FROM log_lines") >= MANY_LINES:
+        found = con.execute(f"SELECT obs_id, text FROM ({staged})").fetchall()
+        # one text, a line per row: a record's own line breaks as NULs, so no literal spans them
+        joined = "\n".join(text.replace("\n", "\0") for _, text in found)
+        keep = ",".join(str(found[i][0]) for i, _ in matcher(literals).lines(joined)) or "-1"  # ids start at 1
+        row = con.execute(
+            f"""CREATE OR REPLACE TEMP TABLE concept_lines AS
+                SELECT * FROM ({staged}) WHERE obs_id IN (SELECT unnest(string_split($keep, ','))::BIGINT)""",
+            {"keep": keep},
+        ).fetchone()
+    else:
+        says = _alternation(literals)
+        row = con.execute(
+            f"CREATE OR REPLACE TEMP TABLE concept_lines AS {staged} WHERE regexp_matches(text, {says})"
+        ).fetchone()
     return row[0] if row else 0
 
 

@@ -6,6 +6,7 @@ meaning."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -15,7 +16,9 @@ import pytest
 from workload_attribution.rules.claims import Probe, claims
 from workload_attribution.rules.concepts import phrase_literals, phrase_regex
 from workload_attribution.rules.pack import RULES_DIR, PackTest, default_pack, load_pack, validate_pack
+from workload_attribution.rules.sandbox import python_rule
 from workload_attribution.rules.testing import run_concept_cases, run_pack_case
+from workload_attribution.staging import prefilter
 
 
 @pytest.fixture(scope="module")
@@ -221,6 +224,28 @@ def test_every_row_paraphrased_lands_in_its_meaning(pack) -> None:
     assert len({row.id for row, _, _ in tries}) == len(pack.catalog)  # every row is tried
     assert sorted(misses - set(KNOWN_MISSES)) == []
     assert sorted(set(KNOWN_MISSES) - misses) == [], "a known miss now lands: take it off the list"
+
+
+@pytest.mark.skipif(prefilter._hyperscan() is None, reason="the hyperscan wheel is not installed here")
+def test_the_lines_saying_a_concept_are_the_same_found_by_hyperscan_or_re2(pack, monkeypatch) -> None:
+    """Many staged lines are searched for the concepts' literals by Hyperscan, a few by DuckDB's RE2
+    alternation (rules/python/concepts.py MANY_LINES): every example, look-alike, catalog test line
+    and each behind a Docker json-file envelope, and records (a newline inside one), read the same."""
+    examples = [ex for c in pack.concepts for ex in (*c.examples, *c.looks_alike)]
+    probes = [Probe("kueue" if ex.source == "records" else ex.source, ex.line) for ex in examples]
+    probes += [Probe(row.sources[0], row.test_line) for row in pack.catalog]
+    probes += [
+        Probe("app", json.dumps({"log": p.text + "\n", "stream": "stderr"})) for p in probes if p.source == "app"
+    ]
+    probes.insert(0, Probe("kueue", "Pod was evicted:\nThe node was low on resource: memory."))
+    # the module as the pack loads it (under a name of its own: rules/sandbox.py)
+    reader = python_rule(pack, "concepts:match").__globals__
+    found = {}
+    for many in (0, 10**9):
+        monkeypatch.setitem(reader, "MANY_LINES", many)
+        found[many] = claims(pack, probes, resolve=True).events
+    assert found[0] == found[10**9]
+    assert sum(any(e["attrs"].get("concept") for e in events) for events in found[0]) > 50
 
 
 def _defs(events: list[dict], defs: dict) -> list:
