@@ -15,8 +15,16 @@ INSERT INTO log_lines
 WITH ranged AS (
     SELECT *, CASE WHEN stamp >= TIMESTAMP '1970-01-02' AND stamp < TIMESTAMP '2200-01-01' THEN stamp END AS t
     FROM parsed_lines WHERE kind = 'raw'
+),
+-- each file's place, worked out over the few files: the lines are then sorted by two integers,
+-- not by the source and path strings of every line
+files AS (
+    SELECT *, row_number() OVER (
+        ORDER BY CASE source WHEN 'syslog' THEN 0 WHEN 'fabricmanager' THEN 1 WHEN 'app' THEN 2 ELSE 3 END,
+                 source, path, file_id) AS place
+    FROM source_files
 )
-SELECT $base + row_number() OVER (ORDER BY CASE s.source WHEN 'syslog' THEN 0 WHEN 'fabricmanager' THEN 1 WHEN 'app' THEN 2 ELSE 3 END, s.source, s.path, s.file_id, t.lineno), s.source, s.connector, s.node, s.path, t.lineno,
+SELECT $base + row_number() OVER (ORDER BY s.place, t.lineno), s.source, s.connector, s.node, s.path, t.lineno,
        t.t,
        CASE WHEN t.t IS NOT NULL THEN 'own' WHEN t.stamp IS NOT NULL THEN 'quarantined' ELSE 'none' END,
        t.rank,
@@ -25,5 +33,5 @@ SELECT $base + row_number() OVER (ORDER BY CASE s.source WHEN 'syslog' THEN 0 WH
        NULL,
        t.t,
        t.t
-FROM ranged t JOIN source_files s USING (file_id)
-ORDER BY CASE s.source WHEN 'syslog' THEN 0 WHEN 'fabricmanager' THEN 1 WHEN 'app' THEN 2 ELSE 3 END, s.source, s.path, s.file_id, t.lineno
+FROM ranged t JOIN files s USING (file_id)
+ORDER BY s.place, t.lineno
