@@ -182,6 +182,28 @@ def test_templates_new_this_week_lists_only_what_no_earlier_attempt_logged(worke
     assert got[0]["first"] == "logs/app/x.log:2"
 
 
+def test_a_warehouse_with_the_view_before_switch_ports_gets_them_on_a_writers_open(worked, tmp_path):
+    """The view as the code before it had it (by host and job, no switch_ports) is replaced when a
+    writer next opens the warehouse (its views' digest differs): no schema version needed."""
+    import duckdb
+
+    path = tmp_path / "w.duckdb"
+    wh = Warehouse(path)
+    wh.write(worked)
+    con = duckdb.connect(str(path))
+    con.execute(
+        "CREATE OR REPLACE VIEW templates_new_this_week AS SELECT template, level, node AS host, job_id "
+        "FROM attempt_templates"
+    )
+    con.execute("UPDATE warehouse_meta SET value = 'before-switch-ports' WHERE key = 'views'")
+    con.close()
+    assert "switch_ports" not in wh.query("SELECT * FROM templates_new_this_week")[0]
+    with wh.connect():
+        pass
+    cols = wh.query("SELECT * FROM templates_new_this_week")[0]
+    assert cols[:4] == ["template", "level", "host", "switch_ports"] and "job_id" in cols
+
+
 def test_last_good_is_the_same_jobs_latest_before_then_the_same_name_and_attempts_are_found_by_name(worked, tmp_path):
     """The baseline: the same job id before the same name, the latest that ended no later than the
     attempt, never the attempt itself; an attempt is named by id, JOB_ID, CLUSTER/JOB_ID, #ATTEMPT."""
