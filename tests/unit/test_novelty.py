@@ -140,8 +140,10 @@ def test_doubtful_without_a_bundle_or_a_warehouse_says_why_and_keeps_nothing(wor
 
 
 def test_templates_new_this_week_lists_only_what_no_earlier_attempt_logged(worked, tmp_path):
-    """The analyst view: a template logged this week and never before, by host and job; one an
-    attempt of an earlier week logged too is not new."""
+    """The analyst view: a template logged this week and never before, by host, switch port and job;
+    one an attempt of an earlier week logged too is not new. The ports are those the host of the
+    template's first line was cabled to when that line was logged (both its HCAs' ports, not the one
+    it was recabled to after, not another cluster's); a host the topology does not place has none."""
     from datetime import datetime, timedelta, timezone
 
     from workload_attribution.warehouse.templates import AttemptTemplates, TemplateRow
@@ -150,22 +152,56 @@ def test_templates_new_this_week_lists_only_what_no_earlier_attempt_logged(worke
     now = datetime.now(timezone.utc)
     wh = Warehouse(tmp_path / "w.duckdb")
 
-    def written(job: str, end: datetime, templates: list[str]) -> None:
+    def written(job: str, end: datetime, templates: list[tuple[str, str]]) -> None:
         rows = [
-            TemplateRow(t, "error" if "failed" in t else "info", 2, "app", "gb-r12-n02", "logs/app/x.log", i, end, t)
-            for i, t in enumerate(templates, 1)
+            TemplateRow(t, "error" if "failed" in t else "info", 2, "app", node, "logs/app/x.log", i, end, t)
+            for i, (t, node) in enumerate(templates, 1)
         ]
         attempt = d.attempt.model_copy(update={"job_id": job, "start": end - timedelta(hours=1), "end": end})
         wh.write(d.model_copy(update={"diagnosis_id": job, "attempt": attempt}), None, AttemptTemplates(rows, 10, 2))
 
-    written("old", now - timedelta(days=10), ["step <*> done", "shared <*> template"])
-    written("new", now, ["shared <*> template", "queue <*> wedged, handshake failed"])
+    host, cluster = "gb-r12-n02", d.attempt.cluster
+    links = [("leaf-12", 18, host, "host", "mlx5_0"), ("leaf-13", 18, host, "host", "mlx5_1")]
+    wh.load_topology(cluster, links, now - timedelta(days=30), "topology.yaml")
+    wh.load_topology(cluster, [("leaf-12", 40, host, "host", "mlx5_0")], now + timedelta(hours=1), "recabled")
+    wh.load_topology("elsewhere", [("leaf-99", 1, host, "host", "mlx5_0")], now - timedelta(days=30), "other")
+    written("old", now - timedelta(days=10), [("step <*> done", host), ("shared <*> template", host)])
+    written(
+        "new",
+        now,
+        [("shared <*> template", host), ("queue <*> wedged, handshake failed", host), ("fan <*> slow", "gb-r99-n01")],
+    )
     cols, rows = wh.query("templates_new_this_week")
     got = [dict(zip(cols, r)) for r in rows]
-    assert [(r["template"], r["host"], r["job_id"], r["level"], r["attempts_this_week"]) for r in got] == [
-        ("queue <*> wedged, handshake failed", "gb-r12-n02", "new", "error", 1)
+    assert [
+        (r["template"], r["host"], r["switch_ports"], r["job_id"], r["level"], r["attempts_this_week"]) for r in got
+    ] == [
+        ("queue <*> wedged, handshake failed", host, ["leaf-12:18", "leaf-13:18"], "new", "error", 1),
+        ("fan <*> slow", "gb-r99-n01", None, "new", "info", 1),
     ]
     assert got[0]["first"] == "logs/app/x.log:2"
+
+
+def test_a_warehouse_with_the_view_before_switch_ports_gets_them_on_a_writers_open(worked, tmp_path):
+    """The view as the code before it had it (by host and job, no switch_ports) is replaced when a
+    writer next opens the warehouse (its views' digest differs): no schema version needed."""
+    import duckdb
+
+    path = tmp_path / "w.duckdb"
+    wh = Warehouse(path)
+    wh.write(worked)
+    con = duckdb.connect(str(path))
+    con.execute(
+        "CREATE OR REPLACE VIEW templates_new_this_week AS SELECT template, level, node AS host, job_id "
+        "FROM attempt_templates"
+    )
+    con.execute("UPDATE warehouse_meta SET value = 'before-switch-ports' WHERE key = 'views'")
+    con.close()
+    assert "switch_ports" not in wh.query("SELECT * FROM templates_new_this_week")[0]
+    with wh.connect():
+        pass
+    cols = wh.query("SELECT * FROM templates_new_this_week")[0]
+    assert cols[:4] == ["template", "level", "host", "switch_ports"] and "job_id" in cols
 
 
 def test_last_good_is_the_same_jobs_latest_before_then_the_same_name_and_attempts_are_found_by_name(worked, tmp_path):
