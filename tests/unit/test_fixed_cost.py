@@ -124,7 +124,7 @@ def test_the_shipped_pack_is_kept_pickled(tmp_path: Path, monkeypatch: pytest.Mo
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     loaded = packs.load_pack(packs.RULES_DIR)
-    loaded.warm_literals()  # a kept pack carries its sources' pre-filter literals, worked out once
+    loaded.warm_literals()  # a kept pack carries its sources' pre-filter literals and its tables, worked out once
     entry = packs._cache_file(packs.RULES_DIR)
     assert entry is not None and entry.is_relative_to(tmp_path)
     packs.default_pack.cache_clear()
