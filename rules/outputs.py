@@ -183,7 +183,7 @@ def _add_events(con: duckdb.DuckDBPyConnection, rule: Rule, cols: list[str]) -> 
         INSERT INTO events BY NAME
         SELECT o.event_id, $rule AS rule_id, {", ".join(said + filled)}
         FROM (SELECT nextval('event_seq') AS event_id, * FROM rule_out) o
-             LEFT JOIN observations ob ON ob.obs_id = o.obs_id
+             LEFT JOIN observation_places ob ON ob.obs_id = o.obs_id
              LEFT JOIN symptom_defs d ON d.symptom = o.symptom
         ORDER BY o.event_id
     """,

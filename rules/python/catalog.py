@@ -144,10 +144,14 @@ def _stage_lines(con: duckdb.DuckDBPyConnection, m: _Matcher) -> None:
         )
     if "kueue" in m.sources:
         parts.append("SELECT obs_id, source, text AS body FROM records WHERE source = 'kueue' AND text IS NOT NULL")
+    # the alternation written once: each place it is written, DuckDB compiles it (~13 ms for the
+    # pack's ~350 literals); a line holds a literal exactly when it lists one (none is empty)
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE catalog_lines AS
-            SELECT obs_id, source, body, list_sort(list_distinct(regexp_extract_all(body, {alt}))) AS found
-            FROM ({" UNION ALL ".join(parts)}) WHERE regexp_matches(body, {alt})"""
+            SELECT obs_id, source, body, list_sort(list_distinct(found)) AS found
+            FROM (SELECT obs_id, source, body, regexp_extract_all(body, {alt}) AS found
+                  FROM ({" UNION ALL ".join(parts)}))
+            WHERE len(found) > 0"""
     )
 
 
