@@ -51,6 +51,17 @@ CREATE OR REPLACE VIEW observations AS
     SELECT obs_id, source, connector, node, time, NULL, text, path, lineno, NULL, kind, time, time
     FROM records;
 
+-- Where and when each observation was: the columns of `observations` that an event takes from its
+-- observation when its rule does not say them (rules/outputs.py) and that place a root candidate
+-- (root_candidates), nothing else, so that what reads them plans and reads less (a tiny attempt's
+-- statements run unoptimised: nothing prunes a view's other columns).
+CREATE OR REPLACE VIEW observation_places AS
+    SELECT obs_id, source, node, time, rank, time_lo, time_hi FROM log_lines
+    UNION ALL
+    SELECT obs_id, source, node, time, NULL, time, time FROM samples
+    UNION ALL
+    SELECT obs_id, source, node, time, NULL, time, time FROM records;
+
 -- When did the attempt start failing, and how far back may its root lie?
 -- failure_time: the first failure signal (a cascade symptom: collective timeout, NCCL error ...; or a
 -- symptom defined with failure_signal: true, e.g. torchrun seeing a worker die), or the attempt's end.
@@ -115,7 +126,7 @@ WITH timed AS (
     SELECT c.*,
            CASE WHEN c.time IS NOT DISTINCT FROM o.time THEN o.time_lo ELSE c.time END AS time_lo,
            CASE WHEN c.time IS NOT DISTINCT FROM o.time THEN o.time_hi ELSE c.time END AS time_hi
-    FROM c LEFT JOIN observations o USING (obs_id)
+    FROM c LEFT JOIN observation_places o USING (obs_id)
 ), hardware AS (
     SELECT event_id, node, time, coalesce(time_lo, time) AS lo, coalesce(time_hi, time) AS hi
     FROM spans WHERE terminal_state = 'hardware_failure' AND time IS NOT NULL

@@ -152,33 +152,40 @@ def apply_output(con: duckdb.DuckDBPyConnection, rule: Rule, n: int, cols: list[
     return n
 
 
+# What an event's rule did not say, the observation says (node, time, rank, source) and the symptom's
+# definition gives its meaning: each such column as it is filled, with the events table's type.
+_FILLED = {
+    "node": ("ob.node", "VARCHAR"),
+    "time": ("ob.time", "TIMESTAMP"),
+    "rank": ("ob.rank", "INTEGER"),
+    "source": ("ob.source", "VARCHAR"),
+    "title": ("d.title", "VARCHAR"),
+    "role_hint": ("d.role", "VARCHAR"),
+    "terminal_state": ("d.terminal_state", "VARCHAR"),
+    "sub_domain": ("d.sub_domain", "VARCHAR"),
+    "action": ("d.action", "VARCHAR"),
+    "interesting": ("d.interesting", "BOOLEAN"),
+    "blame": ("d.blame", "VARCHAR"),
+}
+
+
 def _add_events(con: duckdb.DuckDBPyConnection, rule: Rule, cols: list[str]) -> None:
-    select = ", ".join(f"o.{c}" for c in cols)
+    """The rule's events, what it did not say filled in, in one statement (all or nothing by itself:
+    an INSERT then an UPDATE of what it inserted took two, and a transaction around them). Ids are
+    drawn in rule_out's order and rows written in that order, as the INSERT alone wrote them."""
+    said = [f"o.{c}" for c in cols if c not in _FILLED]
+    filled = [
+        f"coalesce(CAST(o.{c} AS {kind}), {fill}) AS {c}" if c in cols else f"{fill} AS {c}"
+        for c, (fill, kind) in _FILLED.items()
+    ]
     con.execute(
         f"""
         INSERT INTO events BY NAME
-        SELECT nextval('event_seq') AS event_id, $rule AS rule_id, {select} FROM rule_out o
-    """,
-        {"rule": rule.id},
-    )
-    # Whatever the rule did not say, the observation does; the symptom's definition gives its meaning
-    # (one statement: neither part reads a column the other sets).
-    con.execute(
-        """
-        UPDATE events SET node = coalesce(events.node, f.o_node), time = coalesce(events.time, f.o_time),
-            rank = coalesce(events.rank, f.o_rank), source = coalesce(events.source, f.o_source),
-            title = coalesce(events.title, f.title), role_hint = coalesce(events.role_hint, f.role),
-            terminal_state = coalesce(events.terminal_state, f.terminal_state),
-            sub_domain = coalesce(events.sub_domain, f.sub_domain), action = coalesce(events.action, f.action),
-            interesting = coalesce(events.interesting, f.interesting), blame = coalesce(events.blame, f.blame)
-        FROM (
-            SELECT e.event_id, o.node AS o_node, o.time AS o_time, o.rank AS o_rank, o.source AS o_source,
-                   d.title, d.role, d.terminal_state, d.sub_domain, d.action, d.interesting, d.blame
-            FROM events e LEFT JOIN observations o ON o.obs_id = e.obs_id
-                          LEFT JOIN symptom_defs d ON d.symptom = e.symptom
-            WHERE e.rule_id = $rule
-        ) f
-        WHERE f.event_id = events.event_id AND events.rule_id = $rule
+        SELECT o.event_id, $rule AS rule_id, {", ".join(said + filled)}
+        FROM (SELECT nextval('event_seq') AS event_id, * FROM rule_out) o
+             LEFT JOIN observation_places ob ON ob.obs_id = o.obs_id
+             LEFT JOIN symptom_defs d ON d.symptom = o.symptom
+        ORDER BY o.event_id
     """,
         {"rule": rule.id},
     )

@@ -20,7 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from workload_attribution.contracts.vocabulary import Action, Confidence, SubDomain, TerminalState, check_pair
 from workload_attribution.rules.catalog import CatalogError, CatalogRow, load_catalog, read_catalog
+from workload_attribution.rules.catalog import table_json as catalog_table_json
 from workload_attribution.rules.concepts import Concept, ConceptError, load_concepts, read_concepts
+from workload_attribution.rules.concepts import table_json as concepts_table_json
 
 # libyaml's C loader when present: the same safe subset, ~15x faster than the pure-Python one.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -120,6 +122,12 @@ class Rule(Strict):
         default_factory=list,
         description="what the rule reads of others' events: `symptom`, `symptom:kind`, `role:<role_hint>` or `*`",
     )
+    requires: list[str] = Field(
+        default_factory=list,
+        description="of what it consumes, what it cannot find anything without: the engine runs the rule only when "
+        "one of these is among the attempt's events (`symptom`, a wildcard, `role:<role_hint>`: an event of that "
+        "role hint as it stands then); empty: it always runs",
+    )
     overrides: list[str] = Field(
         default_factory=list,
         description="extract rules whose events on a line this rule also claims are dropped (specific beats generic)",
@@ -156,6 +164,11 @@ class Rule(Strict):
             raise ValueError("extract rules reading log sources need a 'prefilter' (literal strings)")
         if (self.catalog or self.concepts or self.overrides or self.yields) and self.phase != "extract":
             raise ValueError("only extract rules read the catalogs or the concepts, override or yield to other rules")
+        if self.requires and self.phase == "extract":
+            raise ValueError("'requires' names events a rule reads: extract rules read observations")
+        unread = [r for r in self.requires if r not in self.consumes]
+        if unread:
+            raise ValueError(f"'requires' lists what the rule consumes: {unread[0]!r} is not in 'consumes'")
         return self
 
 
@@ -209,6 +222,7 @@ class Pack(BaseModel):
         default_factory=list, description="rule files left out (load_pack(skip_broken=True)): rule, error"
     )
     _memo: dict[tuple[Any, ...], list[str]] = PrivateAttr(default_factory=dict)
+    _tables: dict[str, str] = PrivateAttr(default_factory=dict)  # see table_json
     catalog: list[CatalogRow] = Field(default_factory=list, description="the message catalogs' rows (catalogs/*.csv)")
     concepts: list[Concept] = Field(default_factory=list, description="the failure concepts (concepts/*.yaml)")
 
@@ -238,10 +252,32 @@ class Pack(BaseModel):
 
     def warm_literals(self) -> None:
         """Every source's literals worked out now (default_pack keeps them with the pack), their
-        keys sharing one copy of the rows' and concepts' inputs."""
+        keys sharing one copy of the rows' and concepts' inputs; and the catalog's and the concepts'
+        tables (table_json)."""
         inputs = self._literal_inputs()
         for source in sorted({s for r in self.rules for s in r.sources}):
             self._literals(None, source, inputs)
+        self.table_json("catalog")
+        self.table_json("concepts")
+
+    def table_json(self, table: str) -> str:
+        """The catalogs' rows (`catalog`) or the concepts (`concepts`) as the attempt's table of that
+        name, JSON for from_json (rules/pack_data.py loads it into each attempt): built once per pack
+        version (what derives from a pack is keyed by its version: a pack with other rows is another
+        version) and kept with the pack, so the shipped pack's cache holds them built (deriving every
+        row's literals from its pattern cost a new process ~15 ms)."""
+        key = f"{table}@{self.version}"
+        found = self._tables.get(key)
+        if found is None:
+            if table == "catalog":
+                found = catalog_table_json(self.catalog)
+            elif table == "concepts":
+                roles = {name: d.role for name, (_, d) in self.symptom_defs.items()}
+                found = concepts_table_json(self.concepts, roles)
+            else:
+                raise KeyError(table)
+            self._tables[key] = found
+        return found
 
     def _literals(self, rule: Rule | None, source: str, inputs: tuple[Any, ...] | None = None) -> list[str]:
         # Minimising a few thousand literals takes ~0.25 s for the shipped pack's sources and

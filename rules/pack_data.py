@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 
 from workload_attribution.rules import concepts as concept_table
-from workload_attribution.rules.catalog import TABLE_SHAPE, table_json
+from workload_attribution.rules.catalog import TABLE_SHAPE
 from workload_attribution.rules.pack import Pack
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -59,38 +59,21 @@ def load_lent_tables(con: duckdb.DuckDBPyConnection, pack: Pack, schema: str) ->
         con.execute("SET schema = 'main'")
 
 
-# pack version -> the catalog table's JSON (rows are validated and their literals derived once)
-_CATALOG_JSON: dict[str, str] = {}
-
-
 def load_catalog_table(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
     """The pack's catalog rows (catalogs/*.csv) as the table `catalog`, which the catalog rule
-    reads: built once per pack version and process, then loaded from JSON."""
-    payload = _CATALOG_JSON.get(pack.version)
-    if payload is None:
-        payload = table_json(pack.catalog)
-        with _CSV_LOCK:
-            _CATALOG_JSON[pack.version] = payload
+    reads: built once per pack version (Pack.table_json, kept with the shipped pack), then loaded
+    from JSON."""
     con.execute(
         f"CREATE OR REPLACE TABLE {CATALOG_TABLE} AS "
         "SELECT unnest(s) FROM (SELECT unnest(from_json($p::JSON, $shape)) AS s)",
-        {"p": payload, "shape": TABLE_SHAPE},
+        {"p": pack.table_json("catalog"), "shape": TABLE_SHAPE},
     )
-
-
-# pack version -> the concepts table's JSON (each concept's patterns built once)
-_CONCEPTS_JSON: dict[str, str] = {}
 
 
 def load_concepts_table(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
     """The pack's failure concepts (concepts/*.yaml) as the table `concepts`, which the concept
-    rule reads: built once per pack version and process, then loaded from JSON."""
-    payload = _CONCEPTS_JSON.get(pack.version)
-    if payload is None:
-        roles = {name: d.role for name, (_, d) in pack.symptom_defs.items()}
-        payload = concept_table.table_json(pack.concepts, roles)
-        with _CSV_LOCK:
-            _CONCEPTS_JSON[pack.version] = payload
+    rule reads: built once per pack version (Pack.table_json), then loaded from JSON."""
+    payload = pack.table_json("concepts")
     con.execute(
         f"CREATE OR REPLACE TABLE {CONCEPTS_TABLE} AS "
         "SELECT unnest(s) FROM (SELECT unnest(from_json($p::JSON, $shape)) AS s)",

@@ -78,19 +78,15 @@ def _run_sql_rule(
     con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, settings: Settings, snapshots: Snapshots | None
 ) -> tuple[int, bool]:
     """(rows found, whether events may have changed). Most rules find nothing in most attempts:
-    their output, its columns checked, and done; what a rule found is applied all or nothing (a
-    transaction where that takes two statements)."""
+    their output, its columns checked, and done; what a rule found is applied all or nothing (one
+    statement)."""
     if snapshots is not None:
         snapshots.before(con, rule)
     n = _rule_output(con, pack, rule, settings)
     cols = _columns(con, pack, rule)
     check_columns(rule, cols)
     changed = bool(n) and rule.output in ("events", "annotations", "roles")
-    if n and rule.output == "events":  # an INSERT and an UPDATE: both or neither
-        con.execute("BEGIN TRANSACTION")
-        apply_output(con, rule, n, cols)
-        con.execute("COMMIT")
-    elif n:  # one statement, all or nothing by itself (its checks before it write nothing)
+    if n:  # one statement, all or nothing by itself (its checks before it write nothing)
         apply_output(con, rule, n, cols)
     return n, changed
 

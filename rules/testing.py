@@ -21,6 +21,7 @@ from workload_attribution.contracts.models import AttemptScope, Observation
 from workload_attribution.rules.engine import RunResult, Settings, prepare, run_rule
 from workload_attribution.rules.graph import produces
 from workload_attribution.rules.pack import Pack, PackTest, Rule, RuleTest
+from workload_attribution.rules.phases import Present
 from workload_attribution.staging.attempt import create_staging
 from workload_attribution.staging.database import connected, release_staging, rows, scalar
 from workload_attribution.staging.lines import Line, Stream, stage_streams
@@ -189,9 +190,15 @@ def _run_case(  # noqa: C901 (one case's setups: events or lines, the scan, each
         con.execute(
             f"INSERT INTO verdict (rule_id, {cols}) VALUES ('test', {', '.join('?' for _ in v)})", list(v.values())
         )
+    # what the rule requires absent, the engine skips it: it must then find nothing (Rule.requires)
+    skipped = not Present().any_of(con, rule)
     run_rule(con, pack, rule, settings, result)
     if result.failed:
         return CaseResult(rule.id, case.name, False, f"rule failed: {result.failed[0]['error']}")
+    if skipped and result.fired:
+        return CaseResult(
+            rule.id, case.name, False, f"found something with none of what it requires {rule.requires} among the events"
+        )
     if rule.output == "events":
         out = rows(con, f"SELECT * FROM events WHERE event_id > {before} ORDER BY event_id")
         declared = produces(pack, rule)

@@ -52,7 +52,10 @@ def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref: datetime, files_by_r
         with plain_text(files_by_ref[ref_path]) as plain:
             if plain.path is not None:
                 _window(con, ref_path, plain.path)
-    with plainly(con, scalar(con, "SELECT count(*) FROM line_window"), one_thread=True):
+    window = scalar(con, "SELECT count(*) FROM line_window")
+    if not window:  # no neighbour read (the files gone, not plain text): the grammar has nothing to parse
+        return done
+    with plainly(con, window, one_thread=True):
         con.execute(render("inherit_time.sql", context=CONTEXT_LINES), {"tz": tz, "ref": ref})
     return done
 

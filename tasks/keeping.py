@@ -4,6 +4,7 @@ from the warehouse (tasks/memory.py) and its evidence in the archive (tasks/arch
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from workload_attribution.contracts.models import Diagnosis
 from workload_attribution.rules.engine import Settings
@@ -11,7 +12,9 @@ from workload_attribution.rules.pack import Pack
 from workload_attribution.tasks.archiving import archive_attempt
 from workload_attribution.tasks.memory import MemoryPolicy, remember
 from workload_attribution.warehouse.archive import Outcome
-from workload_attribution.warehouse.store import Warehouse
+
+if TYPE_CHECKING:  # a diagnosis with no warehouse never loads it
+    from workload_attribution.warehouse.store import Warehouse
 
 
 @dataclass

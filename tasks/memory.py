@@ -7,6 +7,7 @@ published (warehouse/memory.py); and, when a blamed subject keeps failing, the a
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -14,7 +15,9 @@ from workload_attribution.contracts.models import Diagnosis, Escalation, History
 from workload_attribution.contracts.vocabulary import ISOLATING_ACTIONS, Action
 from workload_attribution.rules.report import explain
 from workload_attribution.warehouse.memory import DAYS, blames
-from workload_attribution.warehouse.store import Warehouse
+
+if TYPE_CHECKING:  # a bundle diagnosed with no warehouse never loads it (~25 ms of a new process)
+    from workload_attribution.warehouse.store import Warehouse
 
 
 def _default_escalations() -> dict[Action, Action]:

@@ -26,14 +26,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from workload_attribution.contracts.models import AttemptScope, Diagnosis, NovelTemplate, Novelty
 from workload_attribution.contracts.vocabulary import Confidence, Role, SubDomain, TerminalState
 from workload_attribution.tasks.templates import Template, Templates, mask_expression, order_of, templates_of
-from workload_attribution.warehouse.store import Warehouse
 from workload_attribution.warehouse.templates import (
     AttemptTemplates,
     StoredAttempt,
@@ -42,6 +41,9 @@ from workload_attribution.warehouse.templates import (
     last_good,
     rows_of,
 )
+
+if TYPE_CHECKING:  # a diagnosis with no warehouse never loads it
+    from workload_attribution.warehouse.store import Warehouse
 
 # Templates kept per attempt in the warehouse: the most frequent, then the earliest. A busy attempt
 # has a few dozen to a few hundred; a row is ~300 bytes as logged (at most ~1.5 KB: a 400-character

@@ -23,7 +23,8 @@ EXAMPLE = ROOT / "tests" / "examples" / "xid149-worked"
 
 # Each is a cost a bundle's diagnosis does not need: the orchestrator and the HTTP service (~1 s),
 # httpx (its CLI pulls in click, rich and pygments: ~0.15 s), the configuration's cluster model and
-# the action sinks (every registered source, scheduler and sink joined: ~0.1 s).
+# the action sinks (every registered source, scheduler and sink joined: ~0.1 s); with nothing stored, the
+# warehouse's store.
 NOT_IMPORTED = (
     "prefect",
     "fastapi",
@@ -35,6 +36,7 @@ NOT_IMPORTED = (
     "workload_attribution.connectors.clusters",
     "workload_attribution.actions.registry",
     "workload_attribution.service",
+    "workload_attribution.warehouse.store",  # with --no-warehouse: the store and its writer (~20 ms)
 )
 
 PROBE = """
@@ -124,7 +126,7 @@ def test_the_shipped_pack_is_kept_pickled(tmp_path: Path, monkeypatch: pytest.Mo
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     loaded = packs.load_pack(packs.RULES_DIR)
-    loaded.warm_literals()  # a kept pack carries its sources' pre-filter literals, worked out once
+    loaded.warm_literals()  # a kept pack carries its sources' pre-filter literals and its tables, worked out once
     entry = packs._cache_file(packs.RULES_DIR)
     assert entry is not None and entry.is_relative_to(tmp_path)
     packs.default_pack.cache_clear()

@@ -137,3 +137,58 @@ def test_the_pack_says_which_verdict_stands_when_no_rule_gives_one(tmp_path, mut
     with pytest.raises(RuleFileError) as caught:
         load_pack(copy)
     assert caught.value.field == field and "pack.yaml" in str(caught.value) and words in str(caught.value)
+
+
+def _rule(**fields):
+    return Rule.model_validate(
+        {
+            "id": "needs-xids",
+            "version": 1,
+            "phase": "early",
+            "description": "annotates XIDs, finds nothing without one",
+            "output": "annotations",
+            "consumes": ["xid_*", "role:root_candidate"],
+            "requires": ["xid_*"],
+            "sql": "SELECT event_id, 'benign' AS role_hint FROM events WHERE symptom LIKE 'xid_%'",
+            "tests": [{"name": "t"}],
+            **fields,
+        }
+    )
+
+
+def test_requires_lists_what_the_rule_consumes_and_no_extract_rule_requires():
+    with pytest.raises(ValueError, match="not in 'consumes'"):
+        _rule(requires=["storage_error"])
+    with pytest.raises(ValueError, match="extract rules read observations"):
+        _rule(phase="extract", output="events", sources=["metrics"], consumes=["xid_*"])
+
+
+def test_a_rule_whose_requirements_are_absent_is_skipped_and_runs_once_they_are_there(staging):
+    """Rule.requires: the engine asks which symptoms and role hints the events hold, runs the rule
+    only when one it requires is there, and asks again once a rule may have changed them."""
+    from workload_attribution.rules.phases import Present
+
+    pack = default_pack()
+    prepare(staging, pack, Settings())
+    rule, present = _rule(), Present()
+    assert not present.any_of(staging, rule)
+    assert present.any_of(staging, _rule(requires=["role:root_candidate"])) is False
+    staging.execute("INSERT INTO events (event_id, symptom, role_hint) VALUES (1, 'xid_79', 'root_candidate')")
+    assert not present.any_of(staging, rule)  # what it knew stands until forgotten
+    present.forget()
+    assert present.any_of(staging, rule) and present.any_of(staging, _rule(requires=["role:root_candidate"]))
+    assert present.any_of(staging, _rule(requires=[], consumes=[]))
+    result = RunResult()
+    run_rule(staging, pack, rule, Settings(), result)  # an annotation setting a role hint changes what is there
+    assert result.fired == ["needs-xids"] and Present.changed_by(staging, rule)
+    assert not Present.changed_by(staging, _rule(output="roles"))
+
+
+def test_every_rule_that_requires_finds_nothing_in_its_tests_without_it():
+    """rules test fails a rule that finds something in a test case holding none of what it requires."""
+    pack = default_pack()
+    lying = next(r for r in pack.rules if r.id == "xid-meta-links").model_copy(update={"requires": ["xid_13"]})
+    from workload_attribution.rules.testing import run_case
+
+    outcome = run_case(pack, lying, lying.tests[0])
+    assert not outcome.ok and "none of what it requires" in outcome.message
