@@ -22,7 +22,6 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from workload_attribution.staging.database import scalar
 from workload_attribution.staging.prefilter import engine, matcher
 
 if TYPE_CHECKING:
@@ -84,9 +83,6 @@ _AS_WRITTEN = (
     "CASE WHEN starts_with(text, '{\"log\":') AND json_valid(text) "
     "THEN rtrim(coalesce(json_extract_string(text, '$.log'), ''), chr(10) || chr(13)) ELSE text END"
 )
-# Lines from which Hyperscan finds those saying a concept's literals (compiling its database, once
-# per process, costs more than RE2 over a few lines)
-MANY_LINES = 3_000
 AROUND = 3  # a line's context: the kept lines of its file this many lines either side
 
 
@@ -103,11 +99,12 @@ def _alternation(literals: tuple[str, ...]) -> str:
 
 def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> int:
     """concept_lines: the staged lines of the concepts' sources (and records' texts) holding one of
-    their literals. Many lines are scanned at once by Hyperscan (staging/prefilter.py) when it is
-    there (a DuckDB alternation of ~1,900 literals cost ~29 us a line); a few, or without it, by one
-    RE2 alternation in DuckDB (one DFA over plain strings, not one alternation of every
+    their literals. The lines are scanned at once by Hyperscan (staging/prefilter.py) when it is
+    there: its database is compiled once per process (~26 ms), where DuckDB compiles the RE2
+    alternation of the ~2,000 literals anew for every attempt (~20-40 ms) and runs it at ~29 us a
+    line. Without it, that alternation (one DFA over plain strings, not one alternation of every
     concept's words: case-insensitive groups and joins run RE2 out of DFA, 200 s over 50,000
-    lines), the same lines either way."""
+    lines). The same lines either way."""
     logs = sorted({s for c in concepts for s in c.sources if s in LOG_SOURCES})
     parts = []
     if logs:
@@ -121,7 +118,7 @@ def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> int:
         )
     staged = f"SELECT obs_id, source, path, lineno, text FROM ({' UNION ALL '.join(parts)})"
     literals = tuple(sorted({lit for c in concepts for lit in c.literals if lit}))
-    if engine() == "hyperscan" and scalar(con, "SELECT count(*) FROM log_lines") >= MANY_LINES:
+    if engine() == "hyperscan":
         found = con.execute(f"SELECT obs_id, text FROM ({staged})").fetchall()
         # one text, a line per row: a record's own line breaks as NULs, so no literal spans them
         joined = "\n".join(text.replace("\n", "\0") for _, text in found)
