@@ -51,11 +51,15 @@ def _hyperscan() -> Any:
 
 class LineMatcher:
     """The lines of a piece of text that hold one of the literals (Hyperscan), with their index in
-    the piece. One compiled database per set of literals (`matcher`), a scratch space per thread."""
+    the piece; and whether the piece holds one of the `markers` (literals that keep no line: a
+    caller's cheap test of the whole piece, answered by the same pass). One compiled database per
+    set of literals (`matcher`), a scratch space per thread."""
 
-    def __init__(self, literals: tuple[str, ...]):
+    def __init__(self, literals: tuple[str, ...], markers: tuple[str, ...] = ()):
         hs = _hyperscan()
         patterns = sorted({lit.encode() for lit in literals if lit and "\n" not in lit})
+        self._keeping = len(patterns)  # ids below this keep a line; the markers' ids follow
+        patterns += sorted({m.encode() for m in markers if m and "\n" not in m})
         self._db = None
         if patterns:
             self._db = hs.Database(mode=hs.HS_MODE_BLOCK)
@@ -77,13 +81,25 @@ class LineMatcher:
     def lines(self, text: str) -> list[tuple[int, str]]:
         """(index of the line in the piece, from 0; the line as the piece holds it) for each line
         of `text` (split at '\\n') holding a literal, in order."""
+        return self.scan(text)[0]
+
+    def scan(self, text: str) -> tuple[list[tuple[int, str]], bool]:
+        """`lines(text)`, and whether the text holds one of the markers."""
         if self._db is None:
-            return []
+            return [], False
         data = text.encode("utf-8", "surrogatepass")
         ends: list[int] = []
-        self._db.scan(
-            data, match_event_handler=lambda _id, _from, to, _flags, _ctx: ends.append(to), scratch=self._scratch()
-        )
+        marked: list[int] = []
+        keeping = self._keeping
+
+        def found(id_: int, _from: int, to: int, _flags: int, _ctx: Any) -> None:
+            (ends if id_ < keeping else marked).append(to)
+
+        self._db.scan(data, match_event_handler=found, scratch=self._scratch())
+        return self._lines(data, ends), bool(marked)
+
+    @staticmethod
+    def _lines(data: bytes, ends: list[int]) -> list[tuple[int, str]]:
         if not ends:
             return []
         ends.sort()
@@ -103,6 +119,7 @@ class LineMatcher:
 
 
 @lru_cache(maxsize=16)
-def matcher(literals: tuple[str, ...]) -> LineMatcher:
-    """The matcher of a set of literals, compiled once per process (a pack's literals for a source)."""
-    return LineMatcher(literals)
+def matcher(literals: tuple[str, ...], markers: tuple[str, ...] = ()) -> LineMatcher:
+    """The matcher of a set of literals (and markers), compiled once per process (a pack's literals
+    for a source)."""
+    return LineMatcher(literals, markers)

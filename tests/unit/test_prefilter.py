@@ -10,6 +10,7 @@ from typing import Any
 import duckdb
 import pytest
 
+from workload_attribution.connectors.text import PARTIAL_MARKERS, holds_partial_records
 from workload_attribution.contracts.errors import BadInput
 from workload_attribution.staging import prefilter
 from workload_attribution.staging.database import contains_any
@@ -81,6 +82,28 @@ def test_hyperscan_keeps_the_lines_duckdb_keeps(text: str) -> None:
 @needs_hyperscan
 def test_no_literal_keeps_no_line() -> None:
     assert prefilter.LineMatcher(("", "a\nb")).lines("a\nb\nab") == []
+
+
+PARTS = [
+    "2026-11-20T11:01:10.1Z stdout P first half of a split line\n2026-11-20T11:01:10.2Z stdout F and its end Xid",
+    "2026-11-20T11:01:10.1Z stderr F a whole CRI record Xid\n2026-11-20T11:01:10.1Z stderr P part",
+    '{"log":"a partial docker record","stream":"stderr","time":"2026-11-20T11:01:10Z"}\n',
+    '{"log":"a whole docker record Xid\\n","stream":"stdout","time":"2026-11-20T11:01:10Z"}',
+    "the word stdout P inside prose, no runtime's record: NCCL WARN",
+]
+
+
+@needs_hyperscan
+@pytest.mark.parametrize(
+    "text", [TEXT, "", *PARTS], ids=["mixed", "empty", "cri-p", "cri-f", "docker-p", "docker", "prose"]
+)
+def test_a_marker_keeps_no_line_and_says_a_piece_may_hold_partial_records(text: str) -> None:
+    """The scan asks Hyperscan, in the pass that keeps lines, whether a piece may hold a runtime's
+    partial records (connectors/text.py PARTIAL_MARKERS): the same lines kept, the same answer."""
+    kept, marked = prefilter.LineMatcher(LITERALS, PARTIAL_MARKERS).scan(text)
+    assert kept == prefilter.LineMatcher(LITERALS).lines(text)
+    assert marked == any(m in text for m in PARTIAL_MARKERS)
+    assert holds_partial_records(text, marked) == holds_partial_records(text)
 
 
 def test_the_engine_is_chosen_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
