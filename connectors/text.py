@@ -232,7 +232,9 @@ def _open_tail(text: str) -> int | None:
     """Where the first run of partial records still open at the piece's end starts (a line's
     offset), None when none is: walked back from the end until each stream met has its latest
     record whole, or its open run's start (both streams met, or OPEN_LOOKBACK lines with none open)."""
-    if not holds_partial_records(text[-MAX_CARRY:]):
+    # the walk below stops OPEN_LOOKBACK lines up unless it met a partial record by then: with none
+    # in those lines (most pieces) no run is open, and the rest of the piece need not be searched
+    if not holds_partial_records(text[_lines_up(text, OPEN_LOOKBACK, MAX_CARRY) :]):
         return None
     latest: dict[str, bool] = {}  # stream -> its run still open (walking back: not yet its start)
     start, end, walked = None, len(text), 0
@@ -251,6 +253,17 @@ def _open_tail(text: str) -> int | None:
             break
         end = nl if nl >= 0 else -1
     return start
+
+
+def _lines_up(text: str, lines: int, most: int) -> int:
+    """Where the last `lines` lines of the text start, at most `most` characters from its end."""
+    at, floor = len(text), max(0, len(text) - most)
+    for _ in range(lines):
+        nl = text.rfind("\n", floor, at)
+        if nl < 0:
+            return floor
+        at = nl
+    return at
 
 
 def _stream_of(line: str) -> str | None:

@@ -250,3 +250,22 @@ def test_a_line_a_runtime_split_is_joined_before_the_prefilter(
     # every line holding a literal is kept whole, at its first part, wherever the runtime cut it
     kept = [(n, line) for n, line in want if any(p in line for p in PREFILTER)]
     assert rows["h1.log"]["hits"] == kept
+
+
+def test_a_runtime_split_line_still_open_at_a_piece_end_is_carried_whatever_its_length() -> None:
+    """Where a piece's open run of partial records starts (connectors/text.py _open_tail): only the
+    piece's last OPEN_LOOKBACK lines are searched for a partial record first; a run that began
+    further up is still found whole, and a partial record that far up with whole records after it
+    opens nothing."""
+    from workload_attribution.connectors.text import OPEN_LOOKBACK, _open_tail
+
+    part = "2026-11-20T11:01:10.1Z stdout P part {}"
+    plain = "2026-11-20T11:01:10.1Z kernel: plain line {}"
+    run = [part.format(i) for i in range(OPEN_LOOKBACK + 50)]
+    before = [plain.format(i) for i in range(10)]
+    text = "\n".join(before + run)
+    assert _open_tail(text) == len("\n".join(before)) + 1  # the run's first record
+    closed = "\n".join([part.format(0)] + [plain.format(i) for i in range(OPEN_LOOKBACK + 5)])
+    assert _open_tail(closed) is None  # far up, then no runtime record: nothing open
+    tail = "\n".join([plain.format(i) for i in range(OPEN_LOOKBACK * 3)] + [part.format(1)])
+    assert _open_tail(tail) == len(tail) - len(part.format(1))
