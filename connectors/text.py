@@ -15,6 +15,7 @@ nothing about the attempt, and its coverage says so.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from contextlib import nullcontext
@@ -431,32 +432,53 @@ def _scan(
         s.cut_bytes += cut_bytes or 0
 
 
+_FILE_ROWS = json.dumps(
+    [
+        {
+            "id": "INTEGER",
+            "node": "VARCHAR",
+            "ref": "VARCHAR",
+            "lines": "BIGINT",
+            "bad": "BIGINT",
+            "long": "BIGINT",
+            "tail": ["VARCHAR"],
+            "head": ["VARCHAR"],
+        }
+    ]
+)
+
+
 def _record(con: duckdb.DuckDBPyConnection, done: list[_File], source: str, connector: str, stats: ScanStats) -> None:
     if not done:
         return
-    con.execute(
-        """
-        INSERT INTO source_files
-        SELECT unnest($id), $source, $connector, unnest($node), unnest($ref), unnest($lines), unnest($bad),
-               unnest($long), unnest($tail::VARCHAR[][]), unnest($head::VARCHAR[][])
-        """,
+    # the files as one JSON document, not ten Python lists: DuckDB converts a list's items one by
+    # one (~6 us each: 2,048 files with their first and last lines, ~0.3 s)
+    rows = [
         {
-            "id": [s.file_id for s in done],
-            "source": source,
-            "connector": connector,
-            "node": [s.f.node for s in done],
-            "ref": [s.f.ref for s in done],
-            "lines": [s.lines for s in done],
-            "bad": [s.bad for s in done],
-            "long": [s.long for s in done],
-            "tail": [s.tail for s in done],
-            "head": [s.head for s in done],
-        },
+            "id": s.file_id,
+            "node": s.f.node,
+            "ref": s.f.ref,
+            "lines": s.lines,
+            "bad": s.bad,
+            "long": s.long,
+            "tail": s.tail,
+            "head": s.head,
+        }
+        for s in done
+    ]
+    con.execute(
+        f"""
+        INSERT INTO source_files
+        SELECT r.id, $source, $connector, r.node, r.ref, r.lines, r.bad, r.long, r.tail, r.head
+        FROM (SELECT unnest(from_json($rows, '{_FILE_ROWS}')) AS r)
+        """,
+        {"rows": json.dumps(rows), "source": source, "connector": connector},
     )
     hits = dict(
         con.execute(
-            "SELECT file_id, count(*) FROM raw_lines WHERE file_id IN (SELECT unnest($ids)) GROUP BY file_id",
-            {"ids": [s.file_id for s in done]},
+            "SELECT file_id, count(*) FROM raw_lines "
+            "WHERE file_id IN (SELECT unnest(string_split($ids, ','))::INTEGER) GROUP BY file_id",
+            {"ids": ",".join(str(s.file_id) for s in done)},
         ).fetchall()
     )
     for s in done:
