@@ -3,6 +3,7 @@ Normalising them is staging/normalize.py."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -68,13 +69,15 @@ def stage_streams(con: duckdb.DuckDBPyConnection, streams: Sequence[Stream]) -> 
     )
     owned = [(file_id, line) for file_id, x in zip(ids, streams) for line in x.lines]
     if owned:
+        # one JSON document, not four Python lists: DuckDB converts a list's items one by one (~6 us
+        # each, ~25 us a line), JSON text at once
+        rows = [
+            [f, x.lineno, x.text[:MAX_TEXT], t.isoformat() if (t := naive_utc(x.collector_time)) else None]
+            for f, x in owned
+        ]
         con.execute(
-            "INSERT INTO raw_lines SELECT unnest($f), unnest($n), unnest($l), NULL, unnest($t)",
-            {
-                "f": [f for f, _ in owned],
-                "n": [x.lineno for _, x in owned],
-                "l": [x.text[:MAX_TEXT] for _, x in owned],
-                "t": [naive_utc(x.collector_time) for _, x in owned],
-            },
+            "INSERT INTO raw_lines SELECT r[1]::INTEGER, r[2]::BIGINT, r[3], NULL, r[4]::TIMESTAMP "
+            "FROM (SELECT unnest(from_json($rows, '[[\"VARCHAR\"]]')) AS r)",
+            {"rows": json.dumps(rows)},
         )
     return ids
