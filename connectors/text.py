@@ -331,9 +331,9 @@ def _may_hold_long(text: str) -> bool:
 
 # A batch's pieces as a relation: a few pieces of megabytes, as lists.
 _PIECES = "(SELECT unnest($ids) AS file_id, unnest($firsts) AS first, unnest($texts) AS content)"
-# The lines Hyperscan kept, each its own piece: as many as 100,000 in a batch, passed as one text
-# per column and split in SQL (DuckDB converts a Python list's items one by one, ~30 us each: 3.2 s
-# for 100,000 lines, against ~0.1 s as three strings); a line holds no line break.
+# The lines Hyperscan kept (_Kept), each its own piece, passed as one text per column and split in
+# SQL: DuckDB converts a Python list's items one by one (3.2 s for 100,000 lines as three lists,
+# ~0.1 s as three strings); a line holds no line break.
 _LINES = (
     "(SELECT unnest(string_split($ids, ','))::BIGINT AS file_id, unnest(string_split($firsts, ','))::BIGINT AS first, "
     "unnest(string_split($texts, chr(10))) AS content)"
