@@ -40,3 +40,32 @@ def test_staged_names_take_the_allocations_spelling(staging):
     assert renamed == {"GB-R12-N01": "gb-r12-n01", "gb-r12-n02.": "gb-r12-n02"}
     assert staging.execute("SELECT node FROM source_files").fetchall() == [("gb-r12-n01",)]
     assert sorted(staging.execute("SELECT node FROM samples").fetchall()) == [("gb-r12-n02",), ("gb-r12-n99",)]
+
+
+def _spelling_by_scan(name, allocation):
+    """allocated_spelling as it was first written: every allocated host compared in turn."""
+    from workload_attribution.contracts.identity import host_key
+
+    key = host_key(name or "")
+    if not key:
+        return None
+    exact = [n for n in allocation if host_key(n) == key]
+    if exact:
+        return exact[0] if len(exact) == 1 else None
+    short = key.split(".", 1)[0]
+    matches = [n for n in allocation if ("." not in key and host_key(n).split(".", 1)[0] == key) or host_key(n) == short]
+    return matches[0] if len(matches) == 1 else None
+
+
+def test_allocated_spelling_by_index_equals_comparing_every_host():
+    """The index by name and short name answers as comparing the name with every allocated host:
+    duplicates, two domains, case, trailing dots, a short and a qualified spelling of one host."""
+    import random
+
+    rng = random.Random(7)
+    parts = ["n1", "N1", "n2", "gb-r1-n01", "x1"]
+    domains = ["", ".a.example", ".b.example", ".A.example.", "."]
+    for _ in range(300):
+        allocation = [rng.choice(parts) + rng.choice(domains) for _ in range(rng.randint(0, 6))]
+        for name in [p + d for p in parts for d in domains] + ["", " n1 ", "n1.a"]:
+            assert allocated_spelling(name, allocation) == _spelling_by_scan(name, allocation), (name, allocation)
