@@ -22,6 +22,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -34,8 +35,11 @@ from workload_attribution.staging.files import (
     Piece,
     PlainText,
     ReadStats,
+    clean_utf8,
     compression_of,
+    decode,
     plain_text,
+    read_blocks,
     read_pieces,
 )
 from workload_attribution.staging.prefilter import LineMatcher, engine, matcher
@@ -141,7 +145,8 @@ def scan_files(
     ids = sorted(r[0] for r in con.execute("SELECT nextval('file_seq') FROM range($n)", {"n": len(files)}).fetchall())
     batch: list[tuple[_File, Piece]] = []
     size = 0
-    kept = _Kept()
+    kept = _Kept(con, queries["scan_text.sql"])
+    odd = _Odd(con)
     done: list[_File] = []
     for f, file_id in zip(files, ids, strict=True):
         state = _File(f, file_id)
@@ -152,20 +157,26 @@ def scan_files(
                 if plain.problem:
                     stats.corrupt.append(f"{f.ref}: {plain.problem}")
                 if plain.path is not None:
-                    for piece in whole_records(read_pieces(plain.path, read, PIECE_BYTES, MAX_LINE)):
-                        _facts(state, piece)
+                    pieces = (
+                        whole_records(read_pieces(plain.path, read, PIECE_BYTES, MAX_LINE))
+                        if lines is None
+                        else _prefiltered(plain.path, read, state, lines, kept, odd)
+                    )
+                    for piece in pieces:
+                        _facts(state, piece.text, piece.lines)
                         batch.append((state, piece))
                         size += len(piece.text)
                         if size >= PIECE_BYTES:
-                            _scan(con, queries, batch, lines, kept)
+                            _scan(con, queries, batch, lines, kept, odd)
                             batch, size = [], 0
         except OSError as exc:  # unreadable, vanished, swapped for a FIFO: this file, not the source
             state.error = f"{f.ref}: {exc.strerror or exc}"
         state.long += read.cut_lines
         state.cut_bytes += read.cut_bytes
     if batch:
-        _scan(con, queries, batch, lines, kept)
-    kept.flush(con, queries["scan_text.sql"])
+        _scan(con, queries, batch, lines, kept, odd)
+    kept.flush()
+    odd.flush()
     _record(con, done, source, connector, stats)
     for s in done:
         if s.error:
@@ -214,21 +225,60 @@ def _partial_stream(line: str) -> str | None:
 def whole_records(pieces: Iterator[Piece]) -> Iterator[Piece]:
     """Pieces that never end inside a line a runtime split: a piece ending in partial records
     gives them, and the lines of other streams among them, to the next piece (up to MAX_CARRY)."""
-    carry: Piece | None = None
+    records = _Records()
     for p in pieces:
-        if carry is not None:
-            p = Piece(f"{carry.text}\n{p.text}", carry.first, carry.lines + p.lines, carry.lenient or p.lenient)
-            carry = None
+        yield from records.push(p)
+    yield from records.end()
+
+
+class _Records:
+    """whole_records one piece at a time: `carry` is the open run held for the next piece."""
+
+    def __init__(self) -> None:
+        self.carry: Piece | None = None
+
+    def push(self, p: Piece) -> list[Piece]:
+        if self.carry is not None:
+            c, self.carry = self.carry, None
+            p = Piece(f"{c.text}\n{p.text}", c.first, c.lines + p.lines, c.lenient or p.lenient)
         cut = _open_tail(p.text)
         if cut is None or len(p.text) - cut > MAX_CARRY:
-            yield p
-            continue
+            return [p]
         n = p.text.count("\n", cut) + 1
-        if cut > 0:
-            yield Piece(p.text[: cut - 1], p.first, p.lines - n, p.lenient)
-        carry = Piece(p.text[cut:], p.first + p.lines - n, n, p.lenient)
-    if carry is not None:
-        yield carry
+        self.carry = Piece(p.text[cut:], p.first + p.lines - n, n, p.lenient)
+        return [Piece(p.text[: cut - 1], p.first, p.lines - n, p.lenient)] if cut > 0 else []
+
+    def end(self) -> list[Piece]:
+        carry, self.carry = self.carry, None
+        return [carry] if carry is not None else []
+
+
+def _prefiltered(path: Path, read: ReadStats, s: _File, lines: LineMatcher, kept: _Kept, odd: _Odd) -> Iterator[Piece]:
+    """A file read for Hyperscan: each piece is scanned as the file holds it, bytes never decoded
+    but for the lines kept (and a piece that may hold bad bytes or long lines, which DuckDB counts),
+    its lines counted on the way (LineMatcher.scan_bytes), its facts taken and its kept lines
+    gathered here. Only what this pass cannot finish is given back, as text and whole records
+    (whole_records): a piece holding a marker of a runtime's partial records, and those after it
+    while a run is open."""
+    records = _Records()
+    first = 1
+    for data in read_blocks(path, read, PIECE_BYTES, MAX_LINE):
+        if records.carry is None:
+            found, marked, n = lines.scan_bytes(data)
+            if not marked:
+                _facts(s, data, n)
+                kept.add([(s.file_id, first + i, line) for i, line in found])
+                lenient, long = not clean_utf8(data), _may_hold_long(data)
+                if lenient or long:
+                    odd.add(s, Piece(decode(data)[0], first, n, lenient), long)
+                first += n
+                continue
+        text, lenient = decode(data)
+        n = text.count("\n") + 1
+        yield from records.push(Piece(text, first, n, lenient))
+        first += n
+    yield from records.end()
+    read.lines = first - 1
 
 
 def _open_tail(text: str) -> int | None:
@@ -284,49 +334,56 @@ def _compressed(path: Path) -> bool:
 
 # What a line is made of when it is blank (DuckDB's trim of these leaves nothing), and line breaks.
 _BLANKS = " \t\n\x0b\x0c\r"
+_BLANK_BYTES = _BLANKS.encode()
 
 
-def _facts(s: _File, p: Piece) -> None:
+def _facts(s: _File, text: str | bytes, lines: int) -> None:
     """The facts of a piece Python has at little cost, so DuckDB need not measure every line: its
     lines (counted while reading), whether one is not blank (a piece of blanks and line breaks
     strips to nothing; a piece neither starting nor ending with one is not even copied), the
-    file's first and last lines."""
-    s.lines += p.lines
-    s.nonblank = s.nonblank or bool(p.text.strip(_BLANKS))
+    file's first and last lines. The piece as text, or as the file's bytes (_prefiltered)."""
+    s.lines += lines
+    if not s.nonblank:
+        s.nonblank = bool(text.strip(_BLANKS) if isinstance(text, str) else text.strip(_BLANK_BYTES))
     if len(s.head) < HEAD_LINES:
-        s.head += _ends(p.text, HEAD_LINES - len(s.head), first=True)
-    s.tail = (s.tail + _ends(p.text, HEAD_LINES, first=False))[-HEAD_LINES:]
+        s.head += _ends(text, HEAD_LINES - len(s.head), first=True)
+    s.tail = (s.tail + _ends(text, HEAD_LINES, first=False))[-HEAD_LINES:]
 
 
-def _ends(text: str, k: int, first: bool) -> list[str]:
-    """The first (or last) k lines of a piece, as the file's head and tail keep them."""
-    out: list[str] = []
+def _ends(text: str | bytes, k: int, first: bool) -> list[str]:
+    """The first (or last) k lines of a piece, as the file's head and tail keep them (the piece as
+    text, or as bytes: each line decoded alone, as it decodes among the others)."""
+    nl: Any = "\n" if isinstance(text, str) else b"\n"
+    out: list[Any] = []
     if first:
         start = 0
         while len(out) < k:
-            nl = text.find("\n", start)
-            out.append(text[start : nl if nl >= 0 else len(text)])
-            if nl < 0:
+            at = text.find(nl, start)
+            out.append(text[start : at if at >= 0 else len(text)])
+            if at < 0:
                 break
-            start = nl + 1
+            start = at + 1
     else:
         end = len(text)
         while len(out) < k:
-            nl = text.rfind("\n", 0, end)
-            out.append(text[nl + 1 : end])
-            if nl < 0:
+            at = text.rfind(nl, 0, end)
+            out.append(text[at + 1 : end])
+            if at < 0:
                 break
-            end = nl
+            end = at
         out.reverse()
-    return [line.rstrip("\r")[:SHOWN] for line in out]
+    return [(line if isinstance(line, str) else decode(line)[0]).rstrip("\r")[:SHOWN] for line in out]
 
 
-def _may_hold_long(text: str) -> bool:
+def _may_hold_long(text: str | bytes) -> bool:
     """Whether a line of the piece may be longer than MAX_LINE characters: a run that long holds a
     whole aligned block of (MAX_LINE + 1) // 2 characters, so a piece whose every such block has a
-    line break has none (a few find() per piece instead of measuring every line in DuckDB)."""
+    line break has none (a few find() per piece instead of measuring every line in DuckDB). Of
+    bytes, it may answer yes where the text would not (a character can take more than a byte),
+    never no where the text would say yes: DuckDB's count is then exact either way."""
     half = (MAX_LINE + 1) // 2
-    return any(text.find("\n", i, i + half) < 0 for i in range(0, len(text) - half + 1, half))
+    nl: Any = "\n" if isinstance(text, str) else b"\n"
+    return any(text.find(nl, i, i + half) < 0 for i in range(0, len(text) - half + 1, half))
 
 
 # A batch's pieces as a relation: a few pieces of megabytes, as lists.
@@ -345,16 +402,17 @@ _LINES = (
 KEPT_BYTES = 1 << 20
 
 
-@dataclass
 class _Kept:
-    """The lines Hyperscan kept, gathered across batches and written in one statement when they
-    come to KEPT_BYTES (or the source's end): a statement per batch of pieces read cost ~13 ms
-    of planning however few lines it wrote (a 10M-line attempt reads ~150 batches)."""
+    """The lines Hyperscan kept, gathered across batches and files and written in one statement
+    when they come to KEPT_BYTES (or the source's end): a statement per batch of pieces read cost
+    ~13 ms of planning however few lines it wrote (a 10M-line attempt reads ~150 batches)."""
 
-    ids: list[str] = field(default_factory=list)
-    firsts: list[str] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    size: int = 0
+    def __init__(self, con: duckdb.DuckDBPyConnection, query: str) -> None:
+        self.con, self.query = con, query
+        self.ids: list[str] = []
+        self.firsts: list[str] = []
+        self.texts: list[str] = []
+        self.size = 0
 
     def add(self, lines: list[tuple[int, int, str]]) -> None:
         for file_id, lineno, text in lines:
@@ -362,14 +420,58 @@ class _Kept:
             self.firsts.append(str(lineno))
             self.texts.append(text)
             self.size += len(text)
+        if self.size >= KEPT_BYTES:
+            self.flush()
 
-    def flush(self, con: duckdb.DuckDBPyConnection, query: str) -> None:
+    def flush(self) -> None:
         """One statement (_LINES: one text per column, split in SQL)."""
         if self.texts:
-            con.execute(
-                query, {"ids": ",".join(self.ids), "firsts": ",".join(self.firsts), "texts": "\n".join(self.texts)}
+            self.con.execute(
+                self.query,
+                {"ids": ",".join(self.ids), "firsts": ",".join(self.firsts), "texts": "\n".join(self.texts)},
             )
         self.ids, self.firsts, self.texts, self.size = [], [], [], 0
+
+
+class _Odd:
+    """Pieces that may hold lines with bad bytes or longer than MAX_LINE (`long`), whose lines
+    DuckDB counts, in one statement when they come to PIECE_BYTES (or the source's end)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        self.pieces: list[tuple[_File, Piece, bool]] = []
+        self.size = 0
+
+    def add(self, s: _File, p: Piece, long: bool) -> None:
+        self.pieces.append((s, p, long))
+        self.size += len(p.text)
+        if self.size >= PIECE_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        odd, self.pieces, self.size = self.pieces, [], 0
+        if not odd:
+            return
+        counts = self.con.execute(
+            render(
+                "scan_counts.sql",
+                SQL_DIR,
+                pieces="(SELECT unnest($k) AS k, unnest($texts) AS content, unnest($lenient) AS lenient, "
+                "unnest($long) AS long)",
+                max_line=MAX_LINE,
+            ),
+            {
+                "k": list(range(len(odd))),
+                "texts": [p.text for _, p, _ in odd],
+                "lenient": [p.lenient for _, p, _ in odd],
+                "long": [long for _, _, long in odd],
+            },
+        ).fetchall()
+        for k, n_bad, n_long, cut_bytes in counts:
+            s = odd[k][0]
+            s.bad += n_bad
+            s.long += n_long
+            s.cut_bytes += cut_bytes or 0
 
 
 def _scan(
@@ -378,11 +480,12 @@ def _scan(
     batch: list[tuple[_File, Piece]],
     lines: LineMatcher | None,
     kept: _Kept,
+    odd: _Odd,
 ) -> None:
     """One statement splits and pre-filters a batch of pieces into raw_lines (with `lines`, the
     lines Hyperscan found, each its own piece, gathered in `kept` until there are enough to write);
     the pieces holding a runtime's partial records, another statement that joins them first; the
-    pieces that may have lines with bad bytes or too long are counted by a third."""
+    pieces that may have lines with bad bytes or too long are counted by a third (`odd`)."""
     if lines is None:
         split = [holds_partial_records(p.text) for _, p in batch]
         plain = [(s.file_id, p.first, p.text) for (s, p), parted in zip(batch, split, strict=True) if not parted]
@@ -397,8 +500,6 @@ def _scan(
                 for i, line in found
             ]
         )
-        if kept.size >= KEPT_BYTES:
-            kept.flush(con, queries["scan_text.sql"])
         plain = []
     joined = [(s.file_id, p.first, p.text) for (s, p), parted in zip(batch, split, strict=True) if parted]
     for name, pieces in (("scan_text.sql", plain), ("scan_partial.sql", joined)):
@@ -411,30 +512,10 @@ def _scan(
                     "texts": [text for _, _, text in pieces],
                 },
             )
-    odd = [(s, p, _may_hold_long(p.text)) for s, p in batch]
-    odd = [(s, p, long) for s, p, long in odd if long or p.lenient]
-    if not odd:
-        return
-    counts = con.execute(
-        render(
-            "scan_counts.sql",
-            SQL_DIR,
-            pieces="(SELECT unnest($k) AS k, unnest($texts) AS content, unnest($lenient) AS lenient, "
-            "unnest($long) AS long)",
-            max_line=MAX_LINE,
-        ),
-        {
-            "k": list(range(len(odd))),
-            "texts": [p.text for _, p, _ in odd],
-            "lenient": [p.lenient for _, p, _ in odd],
-            "long": [long for _, _, long in odd],
-        },
-    ).fetchall()
-    for k, n_bad, n_long, cut_bytes in counts:
-        s = odd[k][0]
-        s.bad += n_bad
-        s.long += n_long
-        s.cut_bytes += cut_bytes or 0
+    for s, p in batch:
+        long = _may_hold_long(p.text)
+        if long or p.lenient:
+            odd.add(s, p, long)
 
 
 _FILE_ROWS = json.dumps(

@@ -16,8 +16,8 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass
-from functools import lru_cache
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator

@@ -53,7 +53,9 @@ def _spelling_by_scan(name, allocation):
     if exact:
         return exact[0] if len(exact) == 1 else None
     short = key.split(".", 1)[0]
-    matches = [n for n in allocation if ("." not in key and host_key(n).split(".", 1)[0] == key) or host_key(n) == short]
+    matches = [
+        n for n in allocation if ("." not in key and host_key(n).split(".", 1)[0] == key) or host_key(n) == short
+    ]
     return matches[0] if len(matches) == 1 else None
 
 

@@ -113,3 +113,19 @@ def test_what_a_diagnosis_blames_and_what_only_showed_its_cascade(three_failures
     assert [b for b in blames(fabric, None) if b.role == "root"] == [Blame("switch_port", "leaf-07:17", "root")]
     assert is_switch_port("leaf-07:17") and not is_switch_port("leaf")
     assert not is_switch_port("GPU 0018:01:00 NVLink 03")
+
+
+def test_remembering_leaves_the_rules_own_verdict_as_it_was(three_failures, tmp_path):
+    """remember returns the escalated diagnosis and leaves the one it was given (the rules' own
+    verdict, which the archive keeps) as it was: its action, notes and explanation."""
+    from workload_attribution.tasks.memory import remember
+
+    wh = own_copy(three_failures[0], tmp_path)
+    _, (first, _, _) = three_failures
+    verdict = first.model_copy(deep=True)
+    verdict.diagnosis_id, verdict.history = "memory-verdict", None
+    before = verdict.model_dump(mode="json")
+    escalated = remember(verdict, Warehouse(wh), None, MemoryPolicy(escalate_at=2))
+    assert escalated.history.escalation is not None and escalated.recommended_action == "drain_node"
+    assert escalated.history.escalation.reason in escalated.notes
+    assert verdict.model_dump(mode="json") == before

@@ -269,3 +269,51 @@ def test_a_runtime_split_line_still_open_at_a_piece_end_is_carried_whatever_its_
     assert _open_tail(closed) is None  # far up, then no runtime record: nothing open
     tail = "\n".join([plain.format(i) for i in range(OPEN_LOOKBACK * 3)] + [part.format(1)])
     assert _open_tail(tail) == len(tail) - len(part.format(1))
+
+
+MIXED = [
+    b"plain noise line",
+    b"kernel: NVRM: Xid 79 fell off the bus",
+    "a b é€ in a line".encode(),
+    b"bad \xff byte a b",
+    b"nul \x00 Xid",
+    b"crlf Xid\r",
+    b"   ",
+    b"",
+    b"2026-11-20T10:00:02.1Z stderr P [rank3]: Xi",
+    b"2026-11-20T10:00:02.1Z stderr F d 79 on the bus",
+    b"2026-11-20T10:00:02.1Z stdout F progress 10%",
+    b'{"log":"[rank0]: a ","stream":"stderr","time":"2026-11-20T10:00:02Z"}',
+    b'{"log":"b c\\n","stream":"stderr","time":"2026-11-20T10:00:02Z"}',
+    b'{"log":"Xid 48\\n","stream":"stdout","time":"2026-11-20T10:00:02Z"}',
+]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    files=st.lists(st.lists(st.sampled_from(MIXED), max_size=200), min_size=1, max_size=3),
+    piece_bytes=st.sampled_from([16, 64, 200, 1000, 4096]),
+    max_line=st.sampled_from([24, 1 << 20]),
+)
+def test_hyperscan_reading_bytes_scans_as_the_duckdb_prefilter_reading_text(
+    staging, tmp_path_factory, monkeypatch, files, piece_bytes, max_line
+):
+    """Hyperscan's path reads a file's pieces as bytes, counts their lines in its own pass, and
+    decodes only what it keeps; a piece holding a runtime's partial records, and those after it
+    while a run is open, go the way of text. Whatever the mix (plain lines between split records,
+    bad bytes, NULs, CRLF, blanks, pieces of a few bytes), every file's lines, bad and long lines,
+    head, tail and kept lines are those of DuckDB's path, which decodes every piece."""
+    d = tmp_path_factory.mktemp("mixed")
+    paths = []
+    for i, lines in enumerate(files):
+        path = d / f"n{i}.log"
+        path.write_bytes(b"\n".join(lines) + (b"\n" if i % 2 == 0 else b""))
+        paths.append(path)
+    got = {}
+    for engine in ("hyperscan", "duckdb"):
+        monkeypatch.setenv("ATTRIBUTION_PREFILTER", engine)
+        stats, rows = scanned(staging, paths, piece_bytes, max_line, monkeypatch)
+        for row in rows.values():
+            del row["id"]
+        got[engine] = (stats.lines, stats.hits, stats.bad_lines, stats.long_lines, sorted(stats.blank), rows)
+    assert got["hyperscan"] == got["duckdb"]
