@@ -50,8 +50,15 @@
 -- tests/unit/test_grammar_same.py holds both to the grammar as it was before (one correlated
 -- macro), line by line.
 
--- The i-th character of s ('' past its end).
-CREATE OR REPLACE MACRO lt_at(s, i) AS substr(s, i, 1);
+-- Whether the i-th character of s is c (false past its end): a LIKE pattern ('____-%'), not
+-- substr(s, i, 1) = c, which builds a string for every line; the optimizer folds the pattern, and
+-- one that starts with c becomes a prefix test. '_' in LIKE is one character, as substr counts.
+CREATE OR REPLACE MACRO lt_at_is(s, i, c) AS s LIKE repeat('_', i - 1) || c || '%';
+-- Whether s starts with a character from lo to hi (ASCII; '' never): VARCHARs compare as bytes.
+CREATE OR REPLACE MACRO lt_first_in(s, lo, hi) AS s >= lo AND s < chr(ascii(hi) + 1);
+
+-- s after its first n characters: s itself when n = 0 (substr would copy it).
+CREATE OR REPLACE MACRO lt_after(s, n) AS CASE WHEN n = 0 THEN s ELSE substr(s, n + 1) END;
 
 -- ---- Times ----------------------------------------------------------------------------------------
 
@@ -114,7 +121,7 @@ CREATE OR REPLACE MACRO lt_yearless(mo, d, h, mi, sec, ref_year, ref2000) AS
 -- RFC 3339 / ISO 8601, bracketed or not (NCCL, slurmctld), with a '.' or ',' fraction (Python
 -- logging, dmesg --time-format=iso), an optional zone, and the ':' TensorFlow's and absl's C++
 -- logging put after it ("2026-11-20 10:00:01.123456: E file.cc:42] ").
-CREATE OR REPLACE MACRO lt_iso_re(s) AS CASE WHEN lt_at(s, 5) = '-' OR lt_at(s, 6) = '-' THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_iso_re(s) AS CASE WHEN lt_at_is(s, 5, '-') OR lt_at_is(s, 6, '-') THEN regexp_extract(s,
     '^(\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|[+-]\d{2}:?\d{2})?\]?:?(?:\s+|$))',
     ['all','y','mo','d','h','mi','s','f','z']) END;
 CREATE OR REPLACE MACRO lt_iso_of(g) AS
@@ -125,14 +132,14 @@ CREATE OR REPLACE MACRO lt_iso_of(g) AS
         'z': g['z']} END;
 
 -- journalctl -o short-full: "Fri 2026-11-20 10:05:01 UTC host ..." (the zone as an abbreviation)
-CREATE OR REPLACE MACRO lt_short_full_re(s) AS CASE WHEN lt_at(s, 4) = ' ' THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_short_full_re(s) AS CASE WHEN lt_at_is(s, 4, ' ') THEN regexp_extract(s,
     '^((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))? ([A-Za-z]{1,6}|[+-]\d{2}(?::?\d{2})?)(?:\s+|$))',
     ['all','y','mo','d','h','mi','s','f','z']) END;
 CREATE OR REPLACE MACRO lt_short_full_of(g) AS lt_iso_of(g);
 
 -- dmesg -T "[Fri Nov 20 10:05:01 2026]" (a one-digit day padded with a blank), and the same ctime
 -- form unbracketed, as GPFS and other C daemons print it ("Mon Jun 25 16:11:16.123 2018: ").
-CREATE OR REPLACE MACRO lt_ctime_re(s) AS CASE WHEN lt_at(s, 4) = ' ' OR lt_at(s, 5) = ' ' THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_ctime_re(s) AS CASE WHEN lt_at_is(s, 4, ' ') OR lt_at_is(s, 5, ' ') THEN regexp_extract(s,
     '^(\[?(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))? (\d{4})\]?:?(?:\s+|$))',
     ['all','mon','d','h','mi','s','f','y']) END;
 CREATE OR REPLACE MACRO lt_ctime_of(g) AS
@@ -146,7 +153,7 @@ CREATE OR REPLACE MACRO lt_ctime_of(g) AS
 -- so no time of its own; the prefix is stripped so the body starts at the kernel's message, and it
 -- is never a rank. A count of 10 digits or more cannot be an uptime (31 years): it is epoch
 -- seconds, as UCX prints them ("[1638351161.447102] [host:pid:thread] ...").
-CREATE OR REPLACE MACRO lt_uptime_re(s) AS CASE WHEN lt_at(s, 1) = '[' THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_uptime_re(s) AS CASE WHEN starts_with(s, '[') THEN regexp_extract(s,
     '^(\[ *(\d{1,12})\.(\d{1,9})\](?:\s+|$))', ['all','s','f']) END;
 CREATE OR REPLACE MACRO lt_uptime_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
@@ -157,7 +164,7 @@ CREATE OR REPLACE MACRO lt_uptime_of(g) AS
         'z': 'UTC'} END;
 
 -- NVIDIA Fabric Manager "[Nov 20 2026 10:05:01] "
-CREATE OR REPLACE MACRO lt_fabricmanager_re(s) AS CASE WHEN lt_at(s, 1) = '[' THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_fabricmanager_re(s) AS CASE WHEN starts_with(s, '[') THEN regexp_extract(s,
     '^(\[([A-Z][a-z]{2}) +(\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\]\s*)',
     ['all','mon','d','y','h','mi','s']) END;
 CREATE OR REPLACE MACRO lt_fabricmanager_of(g) AS
@@ -168,7 +175,7 @@ CREATE OR REPLACE MACRO lt_fabricmanager_of(g) AS
         'z': ''} END;
 
 -- RFC 3164 and journalctl short / short-precise: "Nov 20 10:05:01[.123456] " (no year)
-CREATE OR REPLACE MACRO lt_rfc3164_re(s) AS CASE WHEN lt_at(s, 4) = ' ' THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_rfc3164_re(s) AS CASE WHEN lt_at_is(s, 4, ' ') THEN regexp_extract(s,
     '^(([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s+)',
     ['all','mon','d','h','mi','s','f']) END;
 CREATE OR REPLACE MACRO lt_rfc3164_of(g, ref_year, ref2000) AS
@@ -182,7 +189,7 @@ CREATE OR REPLACE MACRO lt_rfc3164_of(g, ref_year, ref2000) AS
 -- "[W626 06:24:44.123]". Severity I/W/E/F, then month and day: glog pads the month ("E0626"),
 -- c10 does not ("E626"); the day always has two digits, so three digits are MDD and four MMDD.
 -- No year. The header stays in the body (len 0): its file:line is useful text.
-CREATE OR REPLACE MACRO lt_glog_re(s) AS CASE WHEN lt_at(s, 1) IN ('[', 'I', 'W', 'E', 'F') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_glog_re(s) AS CASE WHEN starts_with(s, '[') OR starts_with(s, 'I') OR starts_with(s, 'W') OR starts_with(s, 'E') OR starts_with(s, 'F') THEN regexp_extract(s,
     '^(\[?[IWEF](\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?[\s\]])',
     ['all','mo','d','h','mi','s','f']) END;
 CREATE OR REPLACE MACRO lt_glog_of(g, ref_year, ref2000) AS
@@ -193,7 +200,7 @@ CREATE OR REPLACE MACRO lt_glog_of(g, ref_year, ref2000) AS
         'z': ''} END;
 
 -- mmengine / MMCV's logger: "12/20 10:05:01 - mmengine - INFO - " (month/day, no year)
-CREATE OR REPLACE MACRO lt_mmdd_re(s) AS CASE WHEN lt_at(s, 3) = '/' THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_mmdd_re(s) AS CASE WHEN lt_at_is(s, 3, '/') THEN regexp_extract(s,
     '^((\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})\s+)', ['all','mo','d','h','mi','s']) END;
 CREATE OR REPLACE MACRO lt_mmdd_of(g, ref_year, ref2000) AS
     CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
@@ -209,7 +216,7 @@ CREATE OR REPLACE MACRO lt_mmdd_of(g, ref_year, ref2000) AS
 -- escape '"', '\' and ']' with a backslash; MSG may open with a BOM. The body keeps the RFC 3164
 -- shape of the header ("host app[procid]: msg"), so rules read a syslog message the same whichever
 -- RFC carried it; MSGID and structured data stay in the raw text.
-CREATE OR REPLACE MACRO lt_rfc5424_re(s) AS CASE WHEN lt_at(s, 1) = '<' THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_rfc5424_re(s) AS CASE WHEN starts_with(s, '<') THEN regexp_extract(s,
     '^(<\d{1,3}>1 (\S+) (\S+) (\S+) (\S+) \S+ (?:-|(?:\[[^\] "=]+(?: [^\] "=]+="(?:[^"\\]|\\.)*")*\])+)(?: \x{FEFF}?|$))',
     ['all','ts','host','app','pid']) END;
 CREATE OR REPLACE MACRO lt_rfc5424_head(g) AS
@@ -219,7 +226,7 @@ CREATE OR REPLACE MACRO lt_rfc5424_head(g) AS
 
 -- What only classifies the line, before its timestamp: an RFC 3164 priority "<30>", dmesg -x
 -- "facility:level : " columns (each padded to its longest name).
-CREATE OR REPLACE MACRO lt_class_re(s) AS CASE WHEN lt_at(s, 1) = '<' OR lt_at(s, 1) BETWEEN 'a' AND 'z' THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_class_re(s) AS CASE WHEN starts_with(s, '<') OR lt_first_in(s, 'a', 'z') THEN regexp_extract(s,
     '^(<\d{1,3}>|(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7]) *:(?:emerg|alert|crit|err|warn|notice|info|debug) *: )') ELSE '' END;
 
 -- ---- pdsh / clush: "host: " --------------------------------------------------------------------
@@ -230,7 +237,7 @@ CREATE OR REPLACE MACRO lt_class_re(s) AS CASE WHEN lt_at(s, 1) = '<' OR lt_at(s
 -- excluded by their exact shapes (so srv01:, tapir3: and md-gpu7: remain hosts). Nothing is
 -- recorded: the file already names its host.
 CREATE OR REPLACE MACRO lt_pdsh_re(s) AS
-    CASE WHEN lt_at(s, 1) BETWEEN 'a' AND 'z' THEN regexp_extract(s, '^([a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*): ', 1) ELSE '' END;
+    CASE WHEN lt_first_in(s, 'a', 'z') THEN regexp_extract(s, '^([a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*): ', 1) ELSE '' END;
 CREATE OR REPLACE MACRO lt_pdsh_len(h) AS
     CASE WHEN h <> '' AND regexp_matches(h, '\d')
               AND NOT regexp_full_match(h, '(?:(?:eth|ib|bond|hsn|wlan|virbr|docker|tun|tap|md|loop|nbd|sr|dm-)\d+|(?:ibp|ibs|en[opsx]|wlp)[0-9a-z]+|veth[0-9a-f]+|nvme\d+(?:n\d+(?:p\d+)?)?|(?:sd|vd|xvd|hd)[a-z]{1,2}\d*)')
@@ -241,7 +248,8 @@ CREATE OR REPLACE MACRO lt_pdsh_len(h) AS
 -- host names) / [1,3]<stdout>: (Open MPI --tag-output: job, rank) / "3: ", " 3: " (srun --label) /
 -- Ray's "(pid=2361, ip=10.0.2.15) ", "(RayTrainWorker pid=2361, ip=...) " (a worker's label, no rank).
 -- {len, rank, global: whether it is PyTorch's global rank}
-CREATE OR REPLACE MACRO lt_rank_re(s) AS CASE WHEN lt_at(s, 1) IN ('[', '(', ' ', chr(9), chr(10), chr(12), chr(13)) OR lt_at(s, 1) BETWEEN '0' AND '9' THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_rank_re(s) AS CASE WHEN starts_with(s, '[') OR starts_with(s, '(') OR starts_with(s, ' ') OR starts_with(s, chr(9)) OR starts_with(s, chr(10))
+        OR starts_with(s, chr(12)) OR starts_with(s, chr(13)) OR lt_first_in(s, '0', '9') THEN regexp_extract(s,
     '^(\s*(?:\[(rank|default)(\d+)\]:|\[[A-Za-z0-9][A-Za-z0-9._-]*:(\d+)\]:|\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:|(\d{1,6}): |\((?:[A-Za-z_][\w.]* )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\) ))',
     ['all','kw','a','b','c','d']) END;
 CREATE OR REPLACE MACRO lt_rank_of(g) AS
@@ -268,12 +276,12 @@ CREATE OR REPLACE MACRO parse_log_lines(src, tz, ref) AS TABLE
                        json_extract_string(env, '$.time') AS ev FROM e1),
          -- pdsh host
          p1 AS (SELECT k, ry, r2000, ev, s0, lt_pdsh_re(s0) AS g_pdsh FROM p0),
-         p2 AS (SELECT k, ry, r2000, ev, substr(s0, lt_pdsh_len(g_pdsh) + 1) AS s1 FROM p1),
+         p2 AS (SELECT k, ry, r2000, ev, lt_after(s0, lt_pdsh_len(g_pdsh)) AS s1 FROM p1),
          -- syslog header: RFC 5424's (its time, read below; the body keeps host and program), or a class
          h1 AS (SELECT k, ry, r2000, ev, s1, lt_rfc5424_re(s1) AS g5, lt_class_re(s1) AS cls FROM p2),
          h2 AS (SELECT k, ry, r2000, ev, CASE WHEN g5['all'] <> '' THEN g5['ts'] END AS header_time,
                        CASE WHEN g5['all'] <> '' THEN lt_rfc5424_head(g5) END AS head,
-                       substr(s1, CASE WHEN g5['all'] <> '' THEN length(g5['all']) ELSE length(cls) END + 1) AS s2
+                       lt_after(s1, CASE WHEN g5['all'] <> '' THEN length(g5['all']) ELSE length(cls) END) AS s2
                 FROM h1),
          -- outer timestamp: each form's groups, then the first form that matched
          o1 AS (SELECT k, ry, r2000, ev, header_time, head, s2, lt_iso_re(s2) AS g_iso, lt_short_full_re(s2) AS g_full,
@@ -285,10 +293,10 @@ CREATE OR REPLACE MACRO parse_log_lines(src, tz, ref) AS TABLE
                                 lt_glog_of(g_glog, ry, r2000), lt_mmdd_of(g_mmdd, ry, r2000)) AS o
                 FROM o1),
          o3 AS (SELECT k, ry, r2000, ev, header_time, head, lt_zoned(o['at'], o['z'], tz) AS outer_ts,
-                       substr(s2, coalesce(o['len'], 0) + 1) AS s2b FROM o2),
+                       lt_after(s2, coalesce(o['len'], 0)) AS s2b FROM o2),
          -- the container runtime's stream and tag (CRI log format): "stdout F ", "stderr P "
          o4 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts,
-                       CASE WHEN lt_at(s2b, 1) = 's' AND regexp_matches(s2b, '^std(?:out|err) [FP](?: |$)')
+                       CASE WHEN starts_with(s2b, 's') AND regexp_matches(s2b, '^std(?:out|err) [FP](?: |$)')
                             THEN substr(s2b, 10) ELSE s2b END AS s3 FROM o3),
          -- the line's own time inside a runtime's or a collector's (a CRI record, kubectl logs
          -- --timestamps): what would be the outer time of the line bare, before its rank prefix
@@ -300,18 +308,18 @@ CREATE OR REPLACE MACRO parse_log_lines(src, tz, ref) AS TABLE
                        coalesce(lt_iso_of(g_miso), lt_glog_of(g_mglog, ry, r2000), lt_ctime_of(g_mctime),
                                 lt_rfc3164_of(g_m3164, ry, r2000)) AS m FROM m1),
          m3 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, lt_zoned(m['at'], m['z'], tz) AS mid_ts,
-                       CASE WHEN m IS NULL THEN s3 ELSE substr(s3, m['len'] + 1) END AS s3m FROM m2),
+                       CASE WHEN m IS NULL THEN s3 ELSE lt_after(s3, m['len']) END AS s3m FROM m2),
          -- up to two rank prefixes: a launcher's label around a process's own (" 0: [rank0]: ...")
          k0 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, s3m AS s3, lt_rank_re(s3m) AS g_r1 FROM m3),
          k1 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, s3, lt_rank_of(g_r1) AS r1 FROM k0),
-         k2 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, substr(s3, coalesce(r1['len'], 0) + 1) AS s4 FROM k1),
+         k2 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, lt_after(s3, coalesce(r1['len'], 0)) AS s4 FROM k1),
          k3 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, s4, lt_rank_re(s4) AS g_r2 FROM k2),
          k4 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, s4, lt_rank_of(g_r2) AS r2 FROM k3),
          k5 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2,
-                       substr(s4, coalesce(r2['len'], 0) + 1) AS s5 FROM k4),
+                       lt_after(s4, coalesce(r2['len'], 0)) AS s5 FROM k4),
          -- the application's own time, which may follow the rank prefix after a blank: ISO, glog, and
          -- the forms of lines a launcher relays (syslog's, ctime, UCX's epoch seconds)
-         i0 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, ltrim(s5) AS t5 FROM k5),
+         i0 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, CASE WHEN starts_with(s5, ' ') OR s5 >= chr(128) THEN ltrim(s5) ELSE s5 END AS t5 FROM k5),
          i1 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, t5, lt_iso_re(t5) AS g_iiso,
                        lt_glog_re(t5) AS g_iglog, lt_rfc3164_re(t5) AS g_i3164, lt_ctime_re(t5) AS g_ictime,
                        lt_uptime_re(t5) AS g_iup FROM i0),
@@ -319,7 +327,7 @@ CREATE OR REPLACE MACRO parse_log_lines(src, tz, ref) AS TABLE
                        coalesce(lt_iso_of(g_iiso), lt_glog_of(g_iglog, ry, r2000), lt_ctime_of(g_ictime),
                                 lt_rfc3164_of(g_i3164, ry, r2000), lt_uptime_of(g_iup)) AS i FROM i1),
          i3 AS (SELECT k, ev, header_time, head, outer_ts, mid_ts, r1, r2, lt_zoned(i['at'], i['z'], tz) AS inner_ts,
-                       CASE WHEN i IS NULL THEN s5 ELSE substr(t5, i['len'] + 1) END AS rest FROM i2),
+                       CASE WHEN i IS NULL THEN s5 ELSE lt_after(t5, i['len']) END AS rest FROM i2),
          -- times written in the text rather than in front of it, in RFC 3339: RFC 5424's header (which
          -- wins, it is the record's), else, when nothing else dated the line, a time its message states
          -- (and the envelope's time, read here: one RFC 3339 reading for all three)

@@ -141,6 +141,10 @@ def _variants() -> list[str]:
         out.add("node03: " + s)
         out.add(" 0: " + s)
         out.add("[rank12]: " + s)
+        # characters either side of what a form's guard tests (a character's place counts characters,
+        # not bytes; blanks ltrim takes and those it leaves)
+        for c in ("\u00a0", "\u3000", "\u2003", "\u0080", "\x0b", "`", "{", "/", ":", "@", "Z", "é", "日"):
+            out |= {c + s, s[:2] + c + s[2:], s[:4] + c + s[5:], "[rank1]:" + c + s, " 0: " + c + s}
     for n in range(13):  # fractions of 0..12 digits in every form that takes one
         f = ("." + "123456789012"[:n]) if n else ""
         out |= {
