@@ -54,8 +54,10 @@
 -- substr(s, i, 1) = c, which builds a string for every line; the optimizer folds the pattern, and
 -- one that starts with c becomes a prefix test. '_' in LIKE is one character, as substr counts.
 CREATE OR REPLACE MACRO lt_at_is(s, i, c) AS s LIKE repeat('_', i - 1) || c || '%';
--- Whether s starts with a character from lo to hi (ASCII; '' never): VARCHARs compare as bytes.
-CREATE OR REPLACE MACRO lt_first_in(s, lo, hi) AS s >= lo AND s < chr(ascii(hi) + 1);
+-- Whether s starts with one of the ASCII characters of a GLOB class (ranges as 0-9; '' never):
+-- cheaper than starts_with, or substr(s, 1, 1) IN (...). GLOB reads bytes, and a character
+-- outside ASCII starts with none of theirs.
+CREATE OR REPLACE MACRO lt_starts(s, class) AS s GLOB '[' || class || ']*';
 
 -- s after its first n characters: s itself when n = 0 (substr would copy it).
 CREATE OR REPLACE MACRO lt_after(s, n) AS CASE WHEN n = 0 THEN s ELSE substr(s, n + 1) END;
@@ -153,7 +155,7 @@ CREATE OR REPLACE MACRO lt_ctime_of(g) AS
 -- so no time of its own; the prefix is stripped so the body starts at the kernel's message, and it
 -- is never a rank. A count of 10 digits or more cannot be an uptime (31 years): it is epoch
 -- seconds, as UCX prints them ("[1638351161.447102] [host:pid:thread] ...").
-CREATE OR REPLACE MACRO lt_uptime_re(s) AS CASE WHEN starts_with(s, '[') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_uptime_re(s) AS CASE WHEN lt_starts(s, '[') THEN regexp_extract(s,
     '^(\[ *(\d{1,12})\.(\d{1,9})\](?:\s+|$))', ['all','s','f']) END;
 CREATE OR REPLACE MACRO lt_uptime_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
@@ -164,7 +166,7 @@ CREATE OR REPLACE MACRO lt_uptime_of(g) AS
         'z': 'UTC'} END;
 
 -- NVIDIA Fabric Manager "[Nov 20 2026 10:05:01] "
-CREATE OR REPLACE MACRO lt_fabricmanager_re(s) AS CASE WHEN starts_with(s, '[') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_fabricmanager_re(s) AS CASE WHEN lt_starts(s, '[') THEN regexp_extract(s,
     '^(\[([A-Z][a-z]{2}) +(\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\]\s*)',
     ['all','mon','d','y','h','mi','s']) END;
 CREATE OR REPLACE MACRO lt_fabricmanager_of(g) AS
@@ -189,7 +191,7 @@ CREATE OR REPLACE MACRO lt_rfc3164_of(g, ref_year, ref2000) AS
 -- "[W626 06:24:44.123]". Severity I/W/E/F, then month and day: glog pads the month ("E0626"),
 -- c10 does not ("E626"); the day always has two digits, so three digits are MDD and four MMDD.
 -- No year. The header stays in the body (len 0): its file:line is useful text.
-CREATE OR REPLACE MACRO lt_glog_re(s) AS CASE WHEN starts_with(s, '[') OR starts_with(s, 'I') OR starts_with(s, 'W') OR starts_with(s, 'E') OR starts_with(s, 'F') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_glog_re(s) AS CASE WHEN lt_starts(s, '[IWEF') THEN regexp_extract(s,
     '^(\[?[IWEF](\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?[\s\]])',
     ['all','mo','d','h','mi','s','f']) END;
 CREATE OR REPLACE MACRO lt_glog_of(g, ref_year, ref2000) AS
@@ -216,7 +218,7 @@ CREATE OR REPLACE MACRO lt_mmdd_of(g, ref_year, ref2000) AS
 -- escape '"', '\' and ']' with a backslash; MSG may open with a BOM. The body keeps the RFC 3164
 -- shape of the header ("host app[procid]: msg"), so rules read a syslog message the same whichever
 -- RFC carried it; MSGID and structured data stay in the raw text.
-CREATE OR REPLACE MACRO lt_rfc5424_re(s) AS CASE WHEN starts_with(s, '<') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_rfc5424_re(s) AS CASE WHEN lt_starts(s, '<') THEN regexp_extract(s,
     '^(<\d{1,3}>1 (\S+) (\S+) (\S+) (\S+) \S+ (?:-|(?:\[[^\] "=]+(?: [^\] "=]+="(?:[^"\\]|\\.)*")*\])+)(?: \x{FEFF}?|$))',
     ['all','ts','host','app','pid']) END;
 CREATE OR REPLACE MACRO lt_rfc5424_head(g) AS
@@ -226,7 +228,7 @@ CREATE OR REPLACE MACRO lt_rfc5424_head(g) AS
 
 -- What only classifies the line, before its timestamp: an RFC 3164 priority "<30>", dmesg -x
 -- "facility:level : " columns (each padded to its longest name).
-CREATE OR REPLACE MACRO lt_class_re(s) AS CASE WHEN starts_with(s, '<') OR lt_first_in(s, 'a', 'z') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_class_re(s) AS CASE WHEN lt_starts(s, '<a-z') THEN regexp_extract(s,
     '^(<\d{1,3}>|(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7]) *:(?:emerg|alert|crit|err|warn|notice|info|debug) *: )') ELSE '' END;
 
 -- ---- pdsh / clush: "host: " --------------------------------------------------------------------
@@ -237,7 +239,7 @@ CREATE OR REPLACE MACRO lt_class_re(s) AS CASE WHEN starts_with(s, '<') OR lt_fi
 -- excluded by their exact shapes (so srv01:, tapir3: and md-gpu7: remain hosts). Nothing is
 -- recorded: the file already names its host.
 CREATE OR REPLACE MACRO lt_pdsh_re(s) AS
-    CASE WHEN lt_first_in(s, 'a', 'z') THEN regexp_extract(s, '^([a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*): ', 1) ELSE '' END;
+    CASE WHEN lt_starts(s, 'a-z') THEN regexp_extract(s, '^([a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*): ', 1) ELSE '' END;
 CREATE OR REPLACE MACRO lt_pdsh_len(h) AS
     CASE WHEN h <> '' AND regexp_matches(h, '\d')
               AND NOT regexp_full_match(h, '(?:(?:eth|ib|bond|hsn|wlan|virbr|docker|tun|tap|md|loop|nbd|sr|dm-)\d+|(?:ibp|ibs|en[opsx]|wlp)[0-9a-z]+|veth[0-9a-f]+|nvme\d+(?:n\d+(?:p\d+)?)?|(?:sd|vd|xvd|hd)[a-z]{1,2}\d*)')
@@ -248,8 +250,7 @@ CREATE OR REPLACE MACRO lt_pdsh_len(h) AS
 -- host names) / [1,3]<stdout>: (Open MPI --tag-output: job, rank) / "3: ", " 3: " (srun --label) /
 -- Ray's "(pid=2361, ip=10.0.2.15) ", "(RayTrainWorker pid=2361, ip=...) " (a worker's label, no rank).
 -- {len, rank, global: whether it is PyTorch's global rank}
-CREATE OR REPLACE MACRO lt_rank_re(s) AS CASE WHEN starts_with(s, '[') OR starts_with(s, '(') OR starts_with(s, ' ') OR starts_with(s, chr(9)) OR starts_with(s, chr(10))
-        OR starts_with(s, chr(12)) OR starts_with(s, chr(13)) OR lt_first_in(s, '0', '9') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_rank_re(s) AS CASE WHEN lt_starts(s, '[( ' || chr(9) || chr(10) || chr(12) || chr(13) || '0-9') THEN regexp_extract(s,
     '^(\s*(?:\[(rank|default)(\d+)\]:|\[[A-Za-z0-9][A-Za-z0-9._-]*:(\d+)\]:|\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:|(\d{1,6}): |\((?:[A-Za-z_][\w.]* )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\) ))',
     ['all','kw','a','b','c','d']) END;
 CREATE OR REPLACE MACRO lt_rank_of(g) AS
@@ -269,7 +270,7 @@ CREATE OR REPLACE MACRO parse_log_lines(src, tz, ref) AS TABLE
     WITH e0 AS (SELECT k, coalesce(line, '') AS raw, year(ref) AS ry, lt_in_2000(ref) AS r2000 FROM query_table(src)),
          -- Docker's json-file envelope: the line is its `log` (decoded), its `time` the line's
          e1 AS (SELECT k, ry, r2000, raw,
-                       CASE WHEN starts_with(raw, '{"log":') AND json_valid(raw) THEN raw END AS env FROM e0),
+                       CASE WHEN raw LIKE '{"log":%' AND json_valid(raw) THEN raw END AS env FROM e0),
          p0 AS (SELECT k, ry, r2000,
                        CASE WHEN env IS NULL THEN raw
                             ELSE rtrim(coalesce(json_extract_string(env, '$.log'), ''), chr(10) || chr(13)) END AS s0,
@@ -296,7 +297,7 @@ CREATE OR REPLACE MACRO parse_log_lines(src, tz, ref) AS TABLE
                        lt_after(s2, coalesce(o['len'], 0)) AS s2b FROM o2),
          -- the container runtime's stream and tag (CRI log format): "stdout F ", "stderr P "
          o4 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts,
-                       CASE WHEN starts_with(s2b, 's') AND regexp_matches(s2b, '^std(?:out|err) [FP](?: |$)')
+                       CASE WHEN lt_starts(s2b, 's') AND regexp_matches(s2b, '^std(?:out|err) [FP](?: |$)')
                             THEN substr(s2b, 10) ELSE s2b END AS s3 FROM o3),
          -- the line's own time inside a runtime's or a collector's (a CRI record, kubectl logs
          -- --timestamps): what would be the outer time of the line bare, before its rank prefix
@@ -319,7 +320,7 @@ CREATE OR REPLACE MACRO parse_log_lines(src, tz, ref) AS TABLE
                        lt_after(s4, coalesce(r2['len'], 0)) AS s5 FROM k4),
          -- the application's own time, which may follow the rank prefix after a blank: ISO, glog, and
          -- the forms of lines a launcher relays (syslog's, ctime, UCX's epoch seconds)
-         i0 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, CASE WHEN starts_with(s5, ' ') OR s5 >= chr(128) THEN ltrim(s5) ELSE s5 END AS t5 FROM k5),
+         i0 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, CASE WHEN lt_starts(s5, ' ') OR s5 >= chr(128) THEN ltrim(s5) ELSE s5 END AS t5 FROM k5),
          i1 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, t5, lt_iso_re(t5) AS g_iiso,
                        lt_glog_re(t5) AS g_iglog, lt_rfc3164_re(t5) AS g_i3164, lt_ctime_re(t5) AS g_ictime,
                        lt_uptime_re(t5) AS g_iup FROM i0),
