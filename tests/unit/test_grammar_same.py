@@ -30,8 +30,12 @@ ATTEMPTS = [
 
 def _corpus() -> list[str]:
     lines: set[str] = set()
-    for top in (ROOT / "tests" / "real", ROOT / "tests" / "regression", ROOT / "tests" / "examples",
-                ROOT.parent / "shared" / "examples"):
+    for top in (
+        ROOT / "tests" / "real",
+        ROOT / "tests" / "regression",
+        ROOT / "tests" / "examples",
+        ROOT.parent / "shared" / "examples",
+    ):
         for f in top.glob("**/logs/**/*"):
             if f.is_file() and f.suffix not in (".gz", ".zst"):
                 lines.update(f.read_text(encoding="utf-8", errors="replace").splitlines())
@@ -80,7 +84,7 @@ SEEDS = [
     "I0626 06:24:44.123000 139 torch/api.py:680] [default] x",
     "12/20 10:05:01 - mmengine - INFO - x",
     "<30>1 2026-11-20T10:05:01.123Z node03 kernel 123 - - NVRM: x",
-    "<30>1 2026-11-20T10:05:01+01:00 node03 app - ID47 [ex@1 a=\"b\\\"]\"] msg",
+    '<30>1 2026-11-20T10:05:01+01:00 node03 app - ID47 [ex@1 a="b\\"]"] msg',
     "<30>1 - node03 - - - - msg",
     "<30>Nov 20 11:05:01 node03 kernel: x",
     "kern  :err   : [ 12.345678] NVRM: x",
@@ -148,25 +152,53 @@ def _variants() -> list[str]:
     for n in range(13):  # fractions of 0..12 digits in every form that takes one
         f = ("." + "123456789012"[:n]) if n else ""
         out |= {
-            f"2026-11-20T10:05:01{f}Z x", f"2026-11-20 10:05:01{f},x", f"Nov 20 11:05:01{f} h k: x",
-            f"[Fri Nov 20 11:05:01{f} 2026] x", f"E1120 11:05:01{f} 1 f.cc:1] x", f"[ 12.{'5' * max(n, 1)}] x",
+            f"2026-11-20T10:05:01{f}Z x",
+            f"2026-11-20 10:05:01{f},x",
+            f"Nov 20 11:05:01{f} h k: x",
+            f"[Fri Nov 20 11:05:01{f} 2026] x",
+            f"E1120 11:05:01{f} 1 f.cc:1] x",
+            f"[ 12.{'5' * max(n, 1)}] x",
             f"2026-11-20T10:05:01{f}Z stdout F Nov 20 11:05:01{f} h k: x",
             f"[1638351161{f or '.0'}] x",
         }
     for mo in range(1, 13):
         for d in (1, 9, 10, 28, 29, 30, 31, 32):
             mon = "Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split()[mo - 1]
-            out |= {f"2026-{mo:02d}-{d:02d}T23:59:59Z x", f"{mon} {d:2d} 23:59:59 h k: x", f"{mon} {d} 00:00:00 h k: x",
-                    f"E{mo}{d:02d} 23:59:59.5 1 f.cc:1] x", f"E{mo:02d}{d:02d} 00:00:00.5 1 f.cc:1] x",
-                    f"{mo:02d}/{d:02d} 23:59:59 - mmengine - x", f"[Fri {mon} {d:2d} 12:00:00 2024] x"}
+            out |= {
+                f"2026-{mo:02d}-{d:02d}T23:59:59Z x",
+                f"{mon} {d:2d} 23:59:59 h k: x",
+                f"{mon} {d} 00:00:00 h k: x",
+                f"E{mo}{d:02d} 23:59:59.5 1 f.cc:1] x",
+                f"E{mo:02d}{d:02d} 00:00:00.5 1 f.cc:1] x",
+                f"{mo:02d}/{d:02d} 23:59:59 - mmengine - x",
+                f"[Fri {mon} {d:2d} 12:00:00 2024] x",
+            }
     for z in ("Z", "+05:30", "-0800", "+01", "-00:00", "+1", "CET", "PST", "UTC", "GMT", "UT", "+05:3"):
         out |= {f"2026-11-20T10:05:01.5{z} x", f"2026-11-20T10:05:01{z} x", f"Fri 2026-11-20 10:05:01 {z} h k: x"}
     for h in ("23:59:60", "24:00:00", "25:00:00", "12:60:00", "00:00:00", "23:59:59"):
         out |= {f"2026-11-20T{h}Z x", f"Nov 20 {h} h k: x", f"E1120 {h}.1 1 f.cc:1] x"}
     long_prefix = "gb-r12-n04-" + "a1" * 60 + ": "  # a host prefix past any fixed width
     out |= {long_prefix + s for s in SEEDS[:8]}
-    out |= {"", " ", "  ", "\t", "\x00", "\x00abc", "é", "日本語 2026-11-20T10:05:01Z", "[", "<", "{", '{"log":',
-            '{"log": "x"', '{"log": 1, "time": "2026-11-20T10:05:01Z"}', "[rank", "0: ", "0:", "1234567: x"}
+    out |= {
+        "",
+        " ",
+        "  ",
+        "\t",
+        "\x00",
+        "\x00abc",
+        "é",
+        "日本語 2026-11-20T10:05:01Z",
+        "[",
+        "<",
+        "{",
+        '{"log":',
+        '{"log": "x"',
+        '{"log": 1, "time": "2026-11-20T10:05:01Z"}',
+        "[rank",
+        "0: ",
+        "0:",
+        "1234567: x",
+    }
     return sorted(out)
 
 
@@ -206,16 +238,21 @@ def _staged(lines: list[str], tz: str, ref: datetime) -> tuple[list[tuple], list
     con = _con(sql("log_time_macros.sql"))
     try:
         con.execute(sql("staging_schema.sql"))
-        con.execute("INSERT INTO raw_lines (file_id, lineno, line) SELECT 1, i, l FROM unnest($l) WITH ORDINALITY t(l, i)",
-                    {"l": lines})
+        con.execute(
+            "INSERT INTO raw_lines (file_id, lineno, line) SELECT 1, i, l FROM unnest($l) WITH ORDINALITY t(l, i)",
+            {"l": lines},
+        )
         con.execute("INSERT INTO source_files (file_id, head, tail) VALUES (2, $h, $h)", {"h": lines[:3]})
         con.execute(sql("parse_lines.sql"), {"tz": tz, "ref": ref})
         table = con.execute(
             "SELECT stamp::VARCHAR, rank, body FROM parsed_lines WHERE kind = 'raw' ORDER BY lineno"
         ).fetchall()
-        assert con.execute("SELECT list(stamp::VARCHAR ORDER BY kind, rowid) FROM parsed_lines WHERE kind <> 'raw'").fetchone()[
-            0
-        ] == [r[0] for r in table[:3]] * 2
+        assert (
+            con.execute(
+                "SELECT list(stamp::VARCHAR ORDER BY kind, rowid) FROM parsed_lines WHERE kind <> 'raw'"
+            ).fetchone()[0]
+            == [r[0] for r in table[:3]] * 2
+        )
         one = con.execute(
             "SELECT p['ts']::VARCHAR, p['rank'], p['body'] FROM (SELECT i, parse_log_line(l, $tz, $ref) AS p "
             "FROM unnest($l) WITH ORDINALITY t(l, i)) ORDER BY i",
