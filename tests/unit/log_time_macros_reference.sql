@@ -1,0 +1,339 @@
+-- REFERENCE COPY, for tests/unit/test_grammar_same.py only: the prefix grammar as it stood at main
+-- 1c0de7e, one correlated macro per line (parse_log_line), before staging/sql/log_time_macros.sql was
+-- restructured for speed. The staging grammar must give exactly what this one gives for every line.
+-- A change of what the grammar reads (a new form, a fix) is made in both files alike.
+
+-- Log-line prefix grammar, as SQL macros (loaded once per staging database).
+--
+--   line := [envelope] [pdsh host] [syslog header] [outer timestamp] [CRI stream] [own timestamp]
+--           [rank prefix]{0,2} [inner timestamp] body
+--
+--   envelope       Docker's json-file log line {"log": "...\n", "stream": ..., "time": ...}: the line is
+--                  its `log`, decoded, and its `time` is the line's (a collector's time wins)
+--   pdsh host      "node03: " that pdsh / clush put in front of everything a remote host printed
+--   syslog header  RFC 5424 "<30>1 TS HOST APP PROCID MSGID [SD]", or what only classifies the
+--                  line: an RFC 3164 priority "<30>", dmesg -x "kern  :err   : "
+--   outer time     what a collector (journald, Loki export, promtail, kubectl logs --timestamps),
+--                  syslog or the kernel wrote
+--   CRI stream     "stdout F " / "stderr P " that the container runtime (CRI log format) writes
+--                  after its time (a line it split in "P" records is joined at the scan:
+--                  connectors/sql/scan_partial.sql)
+--   own time       after an outer time, the time the line carried before a runtime or a collector
+--                  (a CRI record, kubectl logs --timestamps) wrapped it: read as the bare line's
+--                  outer time would be, so the rank prefix behind it is still found
+--   rank prefix    what a launcher put in front of a process's output ([rank3]:, 3: ...)
+--   inner time     what the application printed (ISO, glog; syslog's, ctime and UCX's when relayed)
+--
+-- The outer timestamp wins over the inner one because it usually carries a zone. Forms
+-- (../shared/spec/bundle.md):
+--   RFC 3339 / ISO 8601 / journalctl short-iso(-precise) / Python logging / NCCL 2.23+ [..] /
+--   slurmctld [..] / dmesg --time-format=iso; journalctl short-full; RFC 5424;
+--   RFC 3164 and journalctl short(-precise) (no year); dmesg -T and ctime; dmesg uptime (no wall
+--   clock) and UCX's epoch seconds; Fabric Manager; glog and PyTorch c10 (no year); and, when
+--   nothing else dates a line, the time in Slurm's "*** JOB .. CANCELLED AT <time> ***".
+-- Zone-less forms take the attempt's timezone; year-less forms take the year that puts the
+-- time nearest to the attempt (a "Dec 31" line in a January attempt belongs to the year before).
+--
+-- Each form is two macros: lt_<form>_re(s), its one regexp_extract, and lt_<form>_of(g, ...), what
+-- the groups mean: {len: prefix length incl. trailing blanks, at: the wall-clock time written (NULL
+-- when none), z: its zone as written ('' = none)}, or NULL when the line does not start with the
+-- form. A form's regex runs only behind a test of the one or two characters every line of that
+-- form has at a fixed place (an ISO date's '-' at 5 or 6, a month name's blank at 4, a '[' ...), so
+-- a line is tried against the few forms it can be, not all of them: a regex with groups builds its
+-- result even when it fails. A form skipped so gives NULL groups, which its _of macro reads as no
+-- match. parse_log_line binds every regex result to a column before reading it (an expression
+-- under CASE is not shared by the planner: read through a macro it would run once per group read),
+-- and turns the chosen wall-clock time into UTC once (lt_zoned). Both together took the grammar
+-- from 5.5 to 2.3 us a line (100k kernel lines, 2 threads).
+
+-- The i-th character of s ('' past its end).
+CREATE OR REPLACE MACRO lt_at(s, i) AS substr(s, i, 1);
+
+-- ---- Times ----------------------------------------------------------------------------------------
+
+CREATE OR REPLACE MACRO lt_month(mon) AS
+    coalesce(list_position(['Jan','Feb','Mar','Apr','May','Jun','Jul','Aug','Sep','Oct','Nov','Dec'], mon), 0);
+
+CREATE OR REPLACE MACRO lt_int(x) AS TRY_CAST(x AS INTEGER);
+
+-- seconds + fraction as DOUBLE, fraction given as the digits after the separator. No clock writes
+-- more than nanoseconds: a longer fraction is no time (NULL), never rounded into one.
+CREATE OR REPLACE MACRO lt_secs(s, f) AS
+    CASE WHEN length(coalesce(f, '')) > 9 THEN NULL
+         ELSE TRY_CAST(s AS DOUBLE) + CASE WHEN coalesce(f, '') = '' THEN 0 ELSE TRY_CAST('0.' || f AS DOUBLE) END END;
+
+-- A naive wall-clock time in zone `tz` -> naive UTC timestamp.
+CREATE OR REPLACE MACRO lt_local_to_utc(ts, tz) AS
+    CASE WHEN tz = 'UTC' THEN ts ELSE timezone('UTC', timezone(tz, ts)) END;
+
+-- '+01:00' / '+0100' / '+01' / 'Z' -> offset in minutes
+CREATE OR REPLACE MACRO lt_offset_min(z) AS
+    CASE WHEN z IN ('', 'Z') THEN 0
+         ELSE (CASE WHEN z[1] = '-' THEN -1 ELSE 1 END)
+              * (lt_int(z[2:3]) * 60 + coalesce(lt_int(nullif(replace(z, ':', '')[4:5], '')), 0))
+    END;
+
+-- A naive time written with zone `z` -> naive UTC. `z` is what the line printed: nothing (the
+-- attempt's zone), Z/UTC/GMT, a numeric offset, or an abbreviation such as CET or PST: that names
+-- the zone of the host that wrote the line, i.e. the attempt's (abbreviations are ambiguous).
+CREATE OR REPLACE MACRO lt_zoned(ts, z, tz) AS
+    CASE WHEN z IN ('Z', 'UTC', 'GMT', 'UT') THEN ts
+         WHEN regexp_full_match(z, '[+-]\d{2}(?::?\d{2})?') THEN ts - to_minutes(lt_offset_min(z))
+         ELSE lt_local_to_utc(ts, tz) END;
+
+-- Build a timestamp from the fields a stamp wrote. Fields that make no time (Feb 30, hour 25, a
+-- second of 60, an over-long fraction) give '-infinity', never a time near it (make_timestamp
+-- would read 11:59:60 as 12:00:00): outside any plausible range, so the line is quarantined
+-- (staging/sql/normalize_lines.sql) and never takes its neighbours' time either. A second of 60 is
+-- quarantined whatever the day: no leap second has been inserted since 2016-12-31, and a line of
+-- one is better without a time than with the next second's. Each argument is read once: a macro's
+-- argument is an expression (a regex group read), evaluated again wherever it is referenced.
+CREATE OR REPLACE MACRO lt_make(y, mo, d, h, mi, sec) AS
+    coalesce(try(make_timestamp(y, mo, d, h, mi, CASE WHEN sec < 60 THEN sec END)), TIMESTAMP '-infinity');
+
+-- Year-less: the year (ref-1, ref or ref+1) that puts the time nearest to the reference. Both are
+-- placed in one leap year (2000) to compare where in a year they fall: a time more than half a
+-- year (182.625 days) later than the reference's is of the year before, more than half a year
+-- earlier of the year after. Feb 29 is a time only in a leap year. The reference comes as its
+-- year and its place in 2000 (lt_in_2000(ref)), computed once per line.
+CREATE OR REPLACE MACRO lt_in_2000(ref) AS
+    lt_make(2000, month(ref), day(ref), hour(ref), minute(ref), second(ref) + microsecond(ref) % 1000000 / 1e6);
+CREATE OR REPLACE MACRO lt_year_shift(at2000, ref2000) AS
+    CASE WHEN epoch(at2000) - epoch(ref2000) > 15778800 THEN -1
+         WHEN epoch(ref2000) - epoch(at2000) > 15778800 THEN 1
+         ELSE 0 END;
+CREATE OR REPLACE MACRO lt_yearless(mo, d, h, mi, sec, ref_year, ref2000) AS
+    lt_make(ref_year + lt_year_shift(lt_make(2000, mo, d, h, mi, sec), ref2000), mo, d, h, mi, sec);
+
+-- ---- Outer timestamp forms -----------------------------------------------------------------------
+
+-- RFC 3339 / ISO 8601, bracketed or not (NCCL, slurmctld), with a '.' or ',' fraction (Python
+-- logging, dmesg --time-format=iso), an optional zone, and the ':' TensorFlow's and absl's C++
+-- logging put after it ("2026-11-20 10:00:01.123456: E file.cc:42] ").
+CREATE OR REPLACE MACRO lt_iso_re(s) AS CASE WHEN lt_at(s, 5) = '-' OR lt_at(s, 6) = '-' THEN regexp_extract(s,
+    '^(\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|[+-]\d{2}:?\d{2})?\]?:?(?:\s+|$))',
+    ['all','y','mo','d','h','mi','s','f','z']) END;
+CREATE OR REPLACE MACRO lt_iso_of(g) AS
+    CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
+        'len': length(g['all']),
+        'at': lt_make(lt_int(g['y']), lt_int(g['mo']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']),
+                      lt_secs(g['s'], g['f'])),
+        'z': g['z']} END;
+
+-- journalctl -o short-full: "Fri 2026-11-20 10:05:01 UTC host ..." (the zone as an abbreviation)
+CREATE OR REPLACE MACRO lt_short_full_re(s) AS CASE WHEN lt_at(s, 4) = ' ' THEN regexp_extract(s,
+    '^((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))? ([A-Za-z]{1,6}|[+-]\d{2}(?::?\d{2})?)(?:\s+|$))',
+    ['all','y','mo','d','h','mi','s','f','z']) END;
+CREATE OR REPLACE MACRO lt_short_full_of(g) AS lt_iso_of(g);
+
+-- dmesg -T "[Fri Nov 20 10:05:01 2026]" (a one-digit day padded with a blank), and the same ctime
+-- form unbracketed, as GPFS and other C daemons print it ("Mon Jun 25 16:11:16.123 2018: ").
+CREATE OR REPLACE MACRO lt_ctime_re(s) AS CASE WHEN lt_at(s, 4) = ' ' OR lt_at(s, 5) = ' ' THEN regexp_extract(s,
+    '^(\[?(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))? (\d{4})\]?:?(?:\s+|$))',
+    ['all','mon','d','h','mi','s','f','y']) END;
+CREATE OR REPLACE MACRO lt_ctime_of(g) AS
+    CASE WHEN coalesce(g['all'], '') = '' OR lt_month(g['mon']) = 0 THEN NULL ELSE {
+        'len': length(g['all']),
+        'at': lt_make(lt_int(g['y']), lt_month(g['mon']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']),
+                      lt_secs(g['s'], g['f'])),
+        'z': ''} END;
+
+-- Raw dmesg "[ 1234.567890] " (journalctl short-monotonic too): seconds since boot, no wall clock,
+-- so no time of its own; the prefix is stripped so the body starts at the kernel's message, and it
+-- is never a rank. A count of 10 digits or more cannot be an uptime (31 years): it is epoch
+-- seconds, as UCX prints them ("[1638351161.447102] [host:pid:thread] ...").
+CREATE OR REPLACE MACRO lt_uptime_re(s) AS CASE WHEN lt_at(s, 1) = '[' THEN regexp_extract(s,
+    '^(\[ *(\d{1,12})\.(\d{1,9})\](?:\s+|$))', ['all','s','f']) END;
+CREATE OR REPLACE MACRO lt_uptime_of(g) AS
+    CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
+        'len': length(g['all']),
+        'at': CASE WHEN length(g['s']) >= 10
+                   THEN try(make_timestamp(TRY_CAST(g['s'] AS BIGINT) * 1000000
+                                           + TRY_CAST(rpad(left(g['f'], 6), 6, '0') AS BIGINT))) END,
+        'z': 'UTC'} END;
+
+-- NVIDIA Fabric Manager "[Nov 20 2026 10:05:01] "
+CREATE OR REPLACE MACRO lt_fabricmanager_re(s) AS CASE WHEN lt_at(s, 1) = '[' THEN regexp_extract(s,
+    '^(\[([A-Z][a-z]{2}) +(\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\]\s*)',
+    ['all','mon','d','y','h','mi','s']) END;
+CREATE OR REPLACE MACRO lt_fabricmanager_of(g) AS
+    CASE WHEN coalesce(g['all'], '') = '' OR lt_month(g['mon']) = 0 THEN NULL ELSE {
+        'len': length(g['all']),
+        'at': lt_make(lt_int(g['y']), lt_month(g['mon']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']),
+                      TRY_CAST(g['s'] AS DOUBLE)),
+        'z': ''} END;
+
+-- RFC 3164 and journalctl short / short-precise: "Nov 20 10:05:01[.123456] " (no year)
+CREATE OR REPLACE MACRO lt_rfc3164_re(s) AS CASE WHEN lt_at(s, 4) = ' ' THEN regexp_extract(s,
+    '^(([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s+)',
+    ['all','mon','d','h','mi','s','f']) END;
+CREATE OR REPLACE MACRO lt_rfc3164_of(g, ref_year, ref2000) AS
+    CASE WHEN coalesce(g['all'], '') = '' OR lt_month(g['mon']) = 0 THEN NULL ELSE {
+        'len': length(g['all']),
+        'at': lt_yearless(lt_month(g['mon']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']),
+                          lt_secs(g['s'], g['f']), ref_year, ref2000),
+        'z': ''} END;
+
+-- glog and PyTorch c10: "[E1120 10:05:01.123456789 file.cpp:607]", "E1120 10:05:01.123 12345 file.py:874]",
+-- "[W626 06:24:44.123]". Severity I/W/E/F, then month and day: glog pads the month ("E0626"),
+-- c10 does not ("E626"); the day always has two digits, so three digits are MDD and four MMDD.
+-- No year. The header stays in the body (len 0): its file:line is useful text.
+CREATE OR REPLACE MACRO lt_glog_re(s) AS CASE WHEN lt_at(s, 1) IN ('[', 'I', 'W', 'E', 'F') THEN regexp_extract(s,
+    '^(\[?[IWEF](\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?[\s\]])',
+    ['all','mo','d','h','mi','s','f']) END;
+CREATE OR REPLACE MACRO lt_glog_of(g, ref_year, ref2000) AS
+    CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
+        'len': 0,
+        'at': lt_yearless(lt_int(g['mo']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']), lt_secs(g['s'], g['f']),
+                          ref_year, ref2000),
+        'z': ''} END;
+
+-- mmengine / MMCV's logger: "12/20 10:05:01 - mmengine - INFO - " (month/day, no year)
+CREATE OR REPLACE MACRO lt_mmdd_re(s) AS CASE WHEN lt_at(s, 3) = '/' THEN regexp_extract(s,
+    '^((\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})\s+)', ['all','mo','d','h','mi','s']) END;
+CREATE OR REPLACE MACRO lt_mmdd_of(g, ref_year, ref2000) AS
+    CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
+        'len': length(g['all']),
+        'at': lt_yearless(lt_int(g['mo']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']), TRY_CAST(g['s'] AS DOUBLE),
+                          ref_year, ref2000),
+        'z': ''} END;
+
+-- ---- Syslog headers ------------------------------------------------------------------------------
+
+-- RFC 5424: "<PRI>1 TIMESTAMP HOSTNAME APP-NAME PROCID MSGID STRUCTURED-DATA MSG", each field "-"
+-- when absent (NILVALUE); structured data is one or more [id name="value" ...] elements whose values
+-- escape '"', '\' and ']' with a backslash; MSG may open with a BOM. The body keeps the RFC 3164
+-- shape of the header ("host app[procid]: msg"), so rules read a syslog message the same whichever
+-- RFC carried it; MSGID and structured data stay in the raw text.
+CREATE OR REPLACE MACRO lt_rfc5424_re(s) AS CASE WHEN lt_at(s, 1) = '<' THEN regexp_extract(s,
+    '^(<\d{1,3}>1 (\S+) (\S+) (\S+) (\S+) \S+ (?:-|(?:\[[^\] "=]+(?: [^\] "=]+="(?:[^"\\]|\\.)*")*\])+)(?: \x{FEFF}?|$))',
+    ['all','ts','host','app','pid']) END;
+CREATE OR REPLACE MACRO lt_rfc5424_head(g) AS
+    concat_ws(' ', nullif(g['host'], '-'),
+              CASE WHEN g['app'] <> '-'
+                   THEN g['app'] || CASE WHEN g['pid'] <> '-' THEN '[' || g['pid'] || ']' ELSE '' END || ':' END);
+
+-- What only classifies the line, before its timestamp: an RFC 3164 priority "<30>", dmesg -x
+-- "facility:level : " columns (each padded to its longest name).
+CREATE OR REPLACE MACRO lt_class_re(s) AS CASE WHEN lt_at(s, 1) = '<' OR lt_at(s, 1) BETWEEN 'a' AND 'z' THEN regexp_extract(s,
+    '^(<\d{1,3}>|(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7]) *:(?:emerg|alert|crit|err|warn|notice|info|debug) *: )') ELSE '' END;
+
+-- ---- pdsh / clush: "host: " --------------------------------------------------------------------
+-- A host name is lowercase letters, digits and '-', with at least one digit (node03, gb-r12-n04,
+-- c5n111), optionally with its domain. So neither a time (10:05:01), a log level (ERROR:), a
+-- program (srun:, slurmstepd:, kernel:), a Python exception (RuntimeError:) nor a logger
+-- (torch.distributed.run:) is one; kernel device names (eth0:, ib0:, nvme0n1:, sda1:, dm-0:) are
+-- excluded by their exact shapes (so srv01:, tapir3: and md-gpu7: remain hosts). Nothing is
+-- recorded: the file already names its host.
+CREATE OR REPLACE MACRO lt_pdsh_re(s) AS
+    CASE WHEN lt_at(s, 1) BETWEEN 'a' AND 'z' THEN regexp_extract(s, '^([a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*): ', 1) ELSE '' END;
+CREATE OR REPLACE MACRO lt_pdsh_len(h) AS
+    CASE WHEN h <> '' AND regexp_matches(h, '\d')
+              AND NOT regexp_full_match(h, '(?:(?:eth|ib|bond|hsn|wlan|virbr|docker|tun|tap|md|loop|nbd|sr|dm-)\d+|(?:ibp|ibs|en[opsx]|wlp)[0-9a-z]+|veth[0-9a-f]+|nvme\d+(?:n\d+(?:p\d+)?)?|(?:sd|vd|xvd|hd)[a-z]{1,2}\d*)')
+         THEN length(h) + 2 ELSE 0 END;
+
+-- ---- Rank prefixes -------------------------------------------------------------------------------
+-- [rank3]: (PyTorch, the global rank) / [default3]: (torchrun --tee) / [host:3]: (torchrun with
+-- host names) / [1,3]<stdout>: (Open MPI --tag-output: job, rank) / "3: ", " 3: " (srun --label) /
+-- Ray's "(pid=2361, ip=10.0.2.15) ", "(RayTrainWorker pid=2361, ip=...) " (a worker's label, no rank).
+-- {len, rank, global: whether it is PyTorch's global rank}
+CREATE OR REPLACE MACRO lt_rank_re(s) AS CASE WHEN lt_at(s, 1) IN ('[', '(', ' ', chr(9), chr(10), chr(12), chr(13)) OR lt_at(s, 1) BETWEEN '0' AND '9' THEN regexp_extract(s,
+    '^(\s*(?:\[(rank|default)(\d+)\]:|\[[A-Za-z0-9][A-Za-z0-9._-]*:(\d+)\]:|\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:|(\d{1,6}): |\((?:[A-Za-z_][\w.]* )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\) ))',
+    ['all','kw','a','b','c','d']) END;
+CREATE OR REPLACE MACRO lt_rank_of(g) AS
+    CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
+        'len': length(g['all']),
+        'rank': lt_int(coalesce(nullif(g['a'], ''), nullif(g['b'], ''), nullif(g['c'], ''), g['d'])),
+        'global': g['kw'] = 'rank'} END;
+
+-- ---- Slurm's cancel notice carries its time in the message ("slurmstepd: error: *** JOB 123 ON
+-- node03 CANCELLED AT 2026-11-20T10:05:01 DUE TO TIME LIMIT ***"), zone-less.
+CREATE OR REPLACE MACRO lt_cancelled_at_re(body) AS
+    CASE WHEN contains(body, ' CANCELLED AT ') THEN regexp_extract(body,
+        '\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT (\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\s|$)', 1) ELSE '' END;
+
+-- ---- The whole grammar: {ts, rank, body} -------------------------------------------------------
+CREATE OR REPLACE MACRO parse_log_line(line, tz, ref) AS (
+    WITH e0 AS (SELECT coalesce(line, '') AS raw, year(ref) AS ry, lt_in_2000(ref) AS r2000),
+         -- Docker's json-file envelope: the line is its `log` (decoded), its `time` the line's
+         e1 AS (SELECT ry, r2000, raw,
+                       CASE WHEN starts_with(raw, '{"log":') AND json_valid(raw) THEN raw END AS env FROM e0),
+         p0 AS (SELECT ry, r2000,
+                       CASE WHEN env IS NULL THEN raw
+                            ELSE rtrim(coalesce(json_extract_string(env, '$.log'), ''), chr(10) || chr(13)) END AS s0,
+                       json_extract_string(env, '$.time') AS ev FROM e1),
+         -- pdsh host
+         p1 AS (SELECT ry, r2000, ev, s0, lt_pdsh_re(s0) AS g_pdsh FROM p0),
+         p2 AS (SELECT ry, r2000, ev, substr(s0, lt_pdsh_len(g_pdsh) + 1) AS s1 FROM p1),
+         -- syslog header: RFC 5424's (its time, read below; the body keeps host and program), or a class
+         h1 AS (SELECT ry, r2000, ev, s1, lt_rfc5424_re(s1) AS g5, lt_class_re(s1) AS cls FROM p2),
+         h2 AS (SELECT ry, r2000, ev, CASE WHEN g5['all'] <> '' THEN g5['ts'] END AS header_time,
+                       CASE WHEN g5['all'] <> '' THEN lt_rfc5424_head(g5) END AS head,
+                       substr(s1, CASE WHEN g5['all'] <> '' THEN length(g5['all']) ELSE length(cls) END + 1) AS s2
+                FROM h1),
+         -- outer timestamp: each form's groups, then the first form that matched
+         o1 AS (SELECT ry, r2000, ev, header_time, head, s2, lt_iso_re(s2) AS g_iso, lt_short_full_re(s2) AS g_full,
+                       lt_ctime_re(s2) AS g_ctime, lt_uptime_re(s2) AS g_up, lt_fabricmanager_re(s2) AS g_fm,
+                       lt_rfc3164_re(s2) AS g_3164, lt_glog_re(s2) AS g_glog, lt_mmdd_re(s2) AS g_mmdd FROM h2),
+         o2 AS (SELECT ry, r2000, ev, header_time, head, s2,
+                       coalesce(lt_iso_of(g_iso), lt_short_full_of(g_full), lt_ctime_of(g_ctime), lt_uptime_of(g_up),
+                                lt_fabricmanager_of(g_fm), lt_rfc3164_of(g_3164, ry, r2000),
+                                lt_glog_of(g_glog, ry, r2000), lt_mmdd_of(g_mmdd, ry, r2000)) AS o
+                FROM o1),
+         o3 AS (SELECT ry, r2000, ev, header_time, head, lt_zoned(o['at'], o['z'], tz) AS outer_ts,
+                       substr(s2, coalesce(o['len'], 0) + 1) AS s2b FROM o2),
+         -- the container runtime's stream and tag (CRI log format): "stdout F ", "stderr P "
+         o4 AS (SELECT ry, r2000, ev, header_time, head, outer_ts,
+                       CASE WHEN lt_at(s2b, 1) = 's' AND regexp_matches(s2b, '^std(?:out|err) [FP](?: |$)')
+                            THEN substr(s2b, 10) ELSE s2b END AS s3 FROM o3),
+         -- the line's own time inside a runtime's or a collector's (a CRI record, kubectl logs
+         -- --timestamps): what would be the outer time of the line bare, before its rank prefix
+         m0 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, s3,
+                       CASE WHEN outer_ts IS NOT NULL THEN s3 END AS w3 FROM o4),
+         m1 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, s3, lt_iso_re(w3) AS g_miso, lt_glog_re(w3) AS g_mglog,
+                       lt_rfc3164_re(w3) AS g_m3164, lt_ctime_re(w3) AS g_mctime FROM m0),
+         m2 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, s3,
+                       coalesce(lt_iso_of(g_miso), lt_glog_of(g_mglog, ry, r2000), lt_ctime_of(g_mctime),
+                                lt_rfc3164_of(g_m3164, ry, r2000)) AS m FROM m1),
+         m3 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, lt_zoned(m['at'], m['z'], tz) AS mid_ts,
+                       CASE WHEN m IS NULL THEN s3 ELSE substr(s3, m['len'] + 1) END AS s3m FROM m2),
+         -- up to two rank prefixes: a launcher's label around a process's own (" 0: [rank0]: ...")
+         k0 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, s3m AS s3, lt_rank_re(s3m) AS g_r1 FROM m3),
+         k1 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, s3, lt_rank_of(g_r1) AS r1 FROM k0),
+         k2 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, substr(s3, coalesce(r1['len'], 0) + 1) AS s4 FROM k1),
+         k3 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, s4, lt_rank_re(s4) AS g_r2 FROM k2),
+         k4 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, s4, lt_rank_of(g_r2) AS r2 FROM k3),
+         k5 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2,
+                       substr(s4, coalesce(r2['len'], 0) + 1) AS s5 FROM k4),
+         -- the application's own time, which may follow the rank prefix after a blank: ISO, glog, and
+         -- the forms of lines a launcher relays (syslog's, ctime, UCX's epoch seconds)
+         i0 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, ltrim(s5) AS t5 FROM k5),
+         i1 AS (SELECT ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, t5, lt_iso_re(t5) AS g_iiso,
+                       lt_glog_re(t5) AS g_iglog, lt_rfc3164_re(t5) AS g_i3164, lt_ctime_re(t5) AS g_ictime,
+                       lt_uptime_re(t5) AS g_iup FROM i0),
+         i2 AS (SELECT ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, t5,
+                       coalesce(lt_iso_of(g_iiso), lt_glog_of(g_iglog, ry, r2000), lt_ctime_of(g_ictime),
+                                lt_rfc3164_of(g_i3164, ry, r2000), lt_uptime_of(g_iup)) AS i FROM i1),
+         i3 AS (SELECT ev, header_time, head, outer_ts, mid_ts, r1, r2, lt_zoned(i['at'], i['z'], tz) AS inner_ts,
+                       CASE WHEN i IS NULL THEN s5 ELSE substr(t5, i['len'] + 1) END AS rest FROM i2),
+         -- times written in the text rather than in front of it, in RFC 3339: RFC 5424's header (which
+         -- wins, it is the record's), else, when nothing else dated the line, a time its message states
+         -- (and the envelope's time, read here: one RFC 3339 reading for all three)
+         t0 AS (SELECT ev, header_time, head, outer_ts, mid_ts, r1, r2, inner_ts, rest, lt_iso_re(
+                    CASE WHEN ev IS NOT NULL THEN ev
+                         WHEN header_time IS NOT NULL AND header_time <> '-' THEN header_time
+                         WHEN header_time IS NULL AND coalesce(outer_ts, inner_ts) IS NULL THEN lt_cancelled_at_re(rest)
+                         ELSE '' END) AS g_w FROM i3),
+         t1 AS (SELECT ev, header_time, head, outer_ts, mid_ts, r1, r2, inner_ts, rest, lt_iso_of(g_w) AS w FROM t0),
+         t2 AS (SELECT ev, header_time, head, outer_ts, mid_ts, r1, r2, inner_ts, rest,
+                       lt_zoned(w['at'], w['z'], tz) AS written_ts FROM t1)
+    SELECT {'ts': CASE WHEN ev IS NOT NULL THEN written_ts
+                       WHEN header_time IS NOT NULL THEN coalesce(written_ts, outer_ts, mid_ts, inner_ts)
+                       ELSE coalesce(outer_ts, mid_ts, inner_ts, written_ts) END,
+            -- PyTorch's [rankN] is the global rank whatever launched it; otherwise the outermost label
+            'rank': CASE WHEN r2['global'] THEN r2['rank'] ELSE coalesce(r1['rank'], r2['rank']) END,
+            'body': CASE WHEN coalesce(head, '') = '' THEN rest WHEN rest = '' THEN head ELSE head || ' ' || rest END}
+    FROM t2
+);
+
+CREATE OR REPLACE MACRO log_time(line, tz, ref) AS parse_log_line(line, tz, ref)['ts'];
