@@ -55,7 +55,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.services.prefect_stack import SECRET, TOKEN, PrefectStack, _wait, flow_runs
+from tests.services.prefect_stack import SECRET, TOKEN, PrefectStack, _wait, flow_runs, server_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 OOM = ROOT / "tests" / "regression" / "host_oom_kueue-1-0"
@@ -127,7 +127,8 @@ class Stack(PrefectStack):
             "server",
             [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1"]
             + ["--port", str(self.server_port), "--no-ui"],
-            env={**self.server_env, "PREFECT_SERVER_LOGGING_LEVEL": "INFO"},  # INFO: uvicorn's access log
+            # deployments/prefect-server.env (--server-defaults: Prefect's own); INFO: uvicorn's access log
+            env={**self.server_env, "PREFECT_SERVER_LOGGING_LEVEL": "INFO"},
         )
         _wait(f"{self.prefect_url}/health", "prefect server", server, self.base / "server.log", 180)
         return server
@@ -351,7 +352,7 @@ def run_setup(setup: Setup, a: argparse.Namespace, run: int, pg, kube, template:
     from tests.services.postgres import Postgres
 
     base.mkdir(parents=True, exist_ok=True)
-    server_env: dict[str, str] = {}
+    server_env: dict[str, str] = {} if a.server_defaults else server_settings()
     env: dict[str, str] = {"ATTRIBUTION_HEARTBEAT_S": "30"}
     if a.flows_from:
         env["APICOUNT_FLOWS_FROM"] = str(Path(a.flows_from).resolve())
@@ -574,6 +575,11 @@ def main(argv: list[str] | None = None) -> int:
         "--flows-from",
         metavar="DIR",
         help="the workers run these flows/*.py instead (before/after: git show REV:flows/worker.py > DIR/worker.py)",
+    )
+    ap.add_argument(
+        "--server-defaults",
+        action="store_true",
+        help="Prefect's default server settings, not deployments/prefect-server.env (before/after)",
     )
     ap.add_argument("--profile", metavar="PREFIX", help="py-spy the first worker in each storm (pip install py-spy)")
     ap.add_argument("--keep", metavar="DIR", help="work directory (kept); default a temporary one, removed")
