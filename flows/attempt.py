@@ -5,10 +5,9 @@ The story (flows/pipeline.py): scope -> collect (every source in parallel) -> no
 source's collection talk to schedulers and services that fail transiently, so each is a task run,
 retried on transient errors only (TransientSourceError: transport errors, 429, 5xx), the sources
 submitted in parallel, each with its own state. A bundle or an explicit window is scoped from what
-is on disk or in the target, asking no scheduler: a plain logged call, like a source with nothing
-to collect. A source with nothing to collect (not in the
-bundle, no file for any host) is not a task run: its coverage record says so, made by the same
-connector code. Normalise, attribute and publish work on this process's own staging database and
+is on disk or in the target, asking no scheduler: a plain logged call. A source with nothing to
+collect (not in the bundle, no file for any host) is not a task run: its coverage record says so,
+made by the same connector code. Normalise, attribute and publish work on this process's own staging database and
 warehouse connection, with nothing to retry: they are plain calls, each one line of the flow run's
 log with what it did and how long it took (a task run is three events and a log line on the Prefect
 server for each step of each attempt; on a fleet's storm of failures that is the server's load).
