@@ -188,7 +188,7 @@ def apply(pool: str = POOL, zombie_after_s: float = 90.0) -> list[str]:
 # `prefect server start` with these in its environment; deployments/prefect-server.env is the same
 # list (`attribution deploy --print-server-env`; a test keeps the two equal). Measured with
 # tests/bench/trigger_storm.py (PostgreSQL, one worker, before/after in turn; docs/benchmarks.md):
-# the server's CPU 0.49 -> 0.41 s an attempt, its PostgreSQL's transactions 70 -> 50 an attempt.
+# the server's CPU 0.53 -> 0.41 s an attempt (five runs each), its PostgreSQL's transactions 70 -> 48.
 SERVER_SETTINGS = {
     # Task runs are recorded from their state events by the task-run recorder, one transaction per
     # event by default (12 an attempt: ~18% of the server's CPU samples in a storm). Batched, an
