@@ -1,12 +1,13 @@
 """Prefect flow `attribute-attempt`: one failed attempt -> one diagnosis in the warehouse.
 
 The story (flows/pipeline.py): scope -> collect (every source in parallel) -> normalise -> attribute
--> publish. A step is a Prefect task run where Prefect adds something to it: scoping and each
+-> publish. A step is a Prefect task run where Prefect adds something to it: scoping a job and each
 source's collection talk to schedulers and services that fail transiently, so each is a task run,
 retried on transient errors only (TransientSourceError: transport errors, 429, 5xx), the sources
-submitted in parallel, each with its own state. A source with nothing to collect (not in the
-bundle, no file for any host) is not a task run: its coverage record says so, made by the same
-connector code. Normalise, attribute and publish work on this process's own staging database and
+submitted in parallel, each with its own state. A bundle or an explicit window is scoped from what
+is on disk or in the target, asking no scheduler: a plain logged call. A source with nothing to
+collect (not in the bundle, no file for any host) is not a task run: its coverage record says so,
+made by the same connector code. Normalise, attribute and publish work on this process's own staging database and
 warehouse connection, with nothing to retry: they are plain calls, each one line of the flow run's
 log with what it did and how long it took (a task run is three events and a log line on the Prefect
 server for each step of each attempt; on a fleet's storm of failures that is the server's load).
@@ -135,8 +136,21 @@ def _as_is(value: Any) -> Any:
     return quote(value)
 
 
+def _scope_said(scoped: ScopedAttempt) -> str:
+    scope = scoped.scope
+    return f": {len(scope.nodes)} node(s), {len(scoped.sources)} source(s)"
+
+
+def scope_is_local(target: Target) -> bool:
+    """A bundle (its attempt.yaml and scheduler record, on disk) or an explicit window (taken as
+    given) is scoped without asking any scheduler: nothing transient to retry, so no task run."""
+    return bool(target.bundle or target.window)
+
+
 class PrefectRunner:
     def scope(self, target: Target, cluster: Cluster | None) -> ScopedAttempt:
+        if scope_is_local(target):
+            return _logged("scope", steps.scope_attempt, target, cluster, said=_scope_said)
         return scope_task(_as_is(target), _as_is(cluster))
 
     def collect(self, scoped: ScopedAttempt, source: str, pack: Pack) -> Future:

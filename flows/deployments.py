@@ -183,6 +183,40 @@ def apply(pool: str = POOL, zombie_after_s: float = 90.0) -> list[str]:
     return applied
 
 
+# The Prefect server's settings for this project's load: many small flow runs, each with four task
+# runs whose states arrive as events (three each) that the server's services write to its database.
+# `prefect server start` with these in its environment; deployments/prefect-server.env is the same
+# list (`attribution deploy --print-server-env`; a test keeps the two equal). Measured with
+# tests/bench/trigger_storm.py (PostgreSQL, one worker, before/after in turn; docs/benchmarks.md):
+# the server's CPU 0.53 -> 0.41 s an attempt (five runs each), its PostgreSQL's transactions 70 -> 48.
+SERVER_SETTINGS = {
+    # Task runs are recorded from their state events by the task-run recorder, one transaction per
+    # event by default (12 an attempt: ~18% of the server's CPU samples in a storm). Batched, an
+    # attempt's task runs are written together, each task run once with its three states; a task
+    # run reaches the UI up to a second after its state changed. Nothing reads task runs back.
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
+    # Events are kept (the UI's event feed, automations' history): written 200 at a time or every
+    # second, not 20 at a time. Automations act on events as they arrive, not on the stored ones.
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "200",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "1",
+    # Connections kept open to PostgreSQL: the default 5 (+10 opened and closed again on demand) is
+    # below what a storm's requests and the services use at once; a new connection costs its
+    # handshake and asyncpg's type introspection.
+    "PREFECT_SERVER_DATABASE_SQLALCHEMY_POOL_SIZE": "10",
+}
+
+
+def render_server_env() -> str:
+    """deployments/prefect-server.env: SERVER_SETTINGS as an environment file for `prefect server start`."""
+    head = (
+        "# Generated from workload_attribution/flows/deployments.py (SERVER_SETTINGS, which says why each)\n"
+        "# by `attribution deploy --print-server-env`; a test keeps it equal. The Prefect server's\n"
+        "# environment, e.g.  set -a; . deployments/prefect-server.env; set +a; prefect server start\n"
+    )
+    return head + "".join(f"{k}={v}\n" for k, v in SERVER_SETTINGS.items())
+
+
 def render_yaml(pool: str = POOL) -> str:
     """deployments/prefect.yaml, for `prefect --no-prompt deploy --all --prefect-file deployments/prefect.yaml`."""
     import yaml

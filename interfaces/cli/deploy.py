@@ -23,6 +23,11 @@ def add(sub: Any) -> None:
     dp.add_argument("--pool", default="attribution", help="process work pool (created if missing)")
     dp.add_argument("--print-yaml", action="store_true", help="print the same deployments as a prefect.yaml")
     dp.add_argument(
+        "--print-server-env",
+        action="store_true",
+        help="print the Prefect server settings for this project's load (deployments/prefect-server.env)",
+    )
+    dp.add_argument(
         "--zombie-after",
         type=float,
         default=90.0,
@@ -59,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.print_yaml:
         print(deployments.render_yaml(args.pool), end="")
+        return EXIT_OK
+    if args.print_server_env:
+        print(deployments.render_server_env(), end="")
         return EXIT_OK
     need_prefect_server(answering=True)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

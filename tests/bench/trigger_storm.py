@@ -55,7 +55,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.services.prefect_stack import SECRET, TOKEN, PrefectStack, _wait, flow_runs
+from tests.services.prefect_stack import SECRET, TOKEN, PrefectStack, _wait, flow_runs, server_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 OOM = ROOT / "tests" / "regression" / "host_oom_kueue-1-0"
@@ -107,6 +107,7 @@ class Result:
     db_locked: int
     cpu_s: dict[str, float]
     load: tuple[float, float]
+    db_per_attempt: dict[str, float] = field(default_factory=dict)  # Prefect's PostgreSQL
     notes: list[str] = field(default_factory=list)
 
 
@@ -127,7 +128,8 @@ class Stack(PrefectStack):
             "server",
             [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1"]
             + ["--port", str(self.server_port), "--no-ui"],
-            env={**self.server_env, "PREFECT_SERVER_LOGGING_LEVEL": "INFO"},  # INFO: uvicorn's access log
+            # deployments/prefect-server.env (--server-defaults: Prefect's own); INFO: uvicorn's access log
+            env={**self.server_env, "PREFECT_SERVER_LOGGING_LEVEL": "INFO"},
         )
         _wait(f"{self.prefect_url}/health", "prefect server", server, self.base / "server.log", 180)
         return server
@@ -192,6 +194,29 @@ def postgres_cpu(pg) -> float:
             if ppid == root:
                 total += cpu_seconds(int(d.name))  # ended backends are not counted: a lower bound
     return total
+
+
+def db_activity(pg, db: str | None) -> dict[str, int]:
+    """Prefect's database's transactions and rows written so far (pg_stat_database): what the
+    server asked of PostgreSQL, counted by PostgreSQL, whatever the machine's load."""
+    if pg is None or db is None:
+        return {}
+    sql = (
+        "SELECT xact_commit + xact_rollback, tup_inserted + tup_updated + tup_deleted"
+        f" FROM pg_stat_database WHERE datname = '{db}'"
+    )
+    r = subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-At", "-F", " ", "-c", sql],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PGPASSWORD": "postgres-admin"},
+        timeout=60,
+    )
+    try:
+        xacts, rows = r.stdout.split()
+    except ValueError:
+        return {}
+    return {"transactions": int(xacts), "rows written": int(rows)}
 
 
 def cpu_snapshot(stack: Stack, pg) -> dict[str, float]:
@@ -351,12 +376,13 @@ def run_setup(setup: Setup, a: argparse.Namespace, run: int, pg, kube, template:
     from tests.services.postgres import Postgres
 
     base.mkdir(parents=True, exist_ok=True)
-    server_env: dict[str, str] = {}
+    server_env: dict[str, str] = {} if a.server_defaults else server_settings()
     env: dict[str, str] = {"ATTRIBUTION_HEARTBEAT_S": "30"}
     if a.flows_from:
         env["APICOUNT_FLOWS_FROM"] = str(Path(a.flows_from).resolve())
     tag = f"r{run}-{setup.db[0]}{setup.workers}-{random.randrange(1 << 20):05x}"  # in Workload names
     db_tag = tag.replace("-", "_")
+    prefect_db = None
     if setup.db == "postgres":
         assert isinstance(pg, Postgres)
         prefect_db = pg.create_database(f"prefect_{db_tag}")
@@ -407,6 +433,7 @@ def run_setup(setup: Setup, a: argparse.Namespace, run: int, pg, kube, template:
         server_log = base / "server.log"
         log0 = server_log.stat().st_size
         cpu0 = cpu_snapshot(stack, pg)
+        db0 = db_activity(pg, prefect_db)
         load0 = os.getloadavg()[0]
         print(f"  storm: {a.n} attempts as {len(calls)} webhooks (load {load0:.2f})", file=sys.stderr, flush=True)
         spy = None
@@ -427,6 +454,7 @@ def run_setup(setup: Setup, a: argparse.Namespace, run: int, pg, kube, template:
         time.sleep(1.5)  # the counters are written every second
         http1, ev1 = stack.read_counts()
         cpu1 = cpu_snapshot(stack, pg)
+        db1 = db_activity(pg, prefect_db)
         load1 = os.getloadavg()[0]
         log_text = server_log.read_bytes()[log0:].decode(errors="replace")
         runs = flow_runs(stack)
@@ -499,6 +527,7 @@ def run_setup(setup: Setup, a: argparse.Namespace, run: int, pg, kube, template:
         db_locked=locked,
         cpu_s={k: round(cpu1.get(k, 0) - cpu0.get(k, 0), 1) for k in cpu1},
         load=(round(load0, 2), round(load1, 2)),
+        db_per_attempt={k: round((db1[k] - db0[k]) / n, 1) for k in db1 if k in db0},
         notes=notes,
     )
 
@@ -527,6 +556,8 @@ def show(r: Result) -> None:
     print("    REST: " + ", ".join(f"{k} {v}" for k, v in r.rest_routes.items()))
     print("    events: " + ", ".join(f"{k} {v}" for k, v in r.event_kinds.items()))
     print(f"  CPU s during the storm: {r.cpu_s}; load average {r.load[0]} -> {r.load[1]}")
+    if r.db_per_attempt:
+        print("  Prefect's PostgreSQL per attempt: " + ", ".join(f"{v} {k}" for k, v in r.db_per_attempt.items()))
     for note in r.notes:
         print(f"  NOTE: {note}")
     sys.stdout.flush()
@@ -574,6 +605,11 @@ def main(argv: list[str] | None = None) -> int:
         "--flows-from",
         metavar="DIR",
         help="the workers run these flows/*.py instead (before/after: git show REV:flows/worker.py > DIR/worker.py)",
+    )
+    ap.add_argument(
+        "--server-defaults",
+        action="store_true",
+        help="Prefect's default server settings, not deployments/prefect-server.env (before/after)",
     )
     ap.add_argument("--profile", metavar="PREFIX", help="py-spy the first worker in each storm (pip install py-spy)")
     ap.add_argument("--keep", metavar="DIR", help="work directory (kept); default a temporary one, removed")

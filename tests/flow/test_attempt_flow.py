@@ -91,3 +91,31 @@ def test_the_flow_acts_after_publishing(tmp_path, monkeypatch):
     assert [(r.diagnosis_id, r.sink, r.node, r.outcome.value) for r in records] == [
         (doc["diagnosis_id"], "alertmanager", "gb-r12-n04", "dry_run")
     ]
+
+
+def test_a_bundle_is_scoped_in_the_flow_run_itself_and_its_sources_are_task_runs(monkeypatch):
+    """Scoping a bundle asks no scheduler: a line of the flow run's log, not a task run (three state
+    events and a row on the Prefect server); the sources with input stay task runs."""
+    import time
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from workload_attribution.contracts.identity import Target
+    from workload_attribution.flows import attempt
+
+    said: list[str] = []
+    logged = attempt._logged
+    monkeypatch.setattr(attempt, "_logged", lambda step, *a, **k: said.append(step) or logged(step, *a, **k))
+    monkeypatch.setenv("ATTRIBUTION_WAREHOUSE", "")
+    state = attempt.attribute_attempt(Target(bundle=str(WORKED)), return_state=True)
+    assert state.is_completed()
+    only = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+    with get_client(sync_client=True) as client:
+        deadline = time.monotonic() + 30
+        while not client.read_task_runs(flow_run_filter=only) and time.monotonic() < deadline:
+            time.sleep(0.5)  # task runs are recorded from their state events, a moment later
+        time.sleep(1.5)
+        names = sorted(r.name for r in client.read_task_runs(flow_run_filter=only))
+    assert names and all(n.startswith("collect-") for n in names), names
+    assert said[0] == "scope", said

@@ -28,6 +28,13 @@ def _wait(url: str, what: str, proc: subprocess.Popen, log: Path, seconds: float
     wait_http(url, f"{what} to answer {url}", seconds, proc, log)
 
 
+def server_settings() -> dict[str, str]:
+    """The Prefect server's environment operators give it: deployments/prefect-server.env."""
+    from workload_attribution.flows.deployments import SERVER_SETTINGS
+
+    return dict(SERVER_SETTINGS)
+
+
 def _stop(proc: subprocess.Popen | None) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -111,7 +118,8 @@ class PrefectStack:
         return self
 
     def start_server(self) -> subprocess.Popen:
-        """`prefect server start` on the stack's port (again: its database is kept in PREFECT_HOME)."""
+        """`prefect server start` on the stack's port (again: its database is kept in PREFECT_HOME),
+        with the settings deployments/prefect-server.env gives it."""
         server = self._spawn(
             "server",
             [
@@ -126,6 +134,7 @@ class PrefectStack:
                 str(self.server_port),
                 "--no-ui",
             ],
+            env=server_settings(),
         )
         _wait(f"{self.prefect_url}/health", "prefect server", server, self.base / "server.log", 120)
         return server
