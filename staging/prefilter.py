@@ -138,9 +138,16 @@ def _cache_dir() -> Path:
     return Path(base) / "workload-attribution" / "hyperscan"
 
 
+@lru_cache(maxsize=1)
+def _platform(hs: Any) -> str:
+    """What Hyperscan builds for here: a tiny database serialised (its header names the version
+    and the CPU features it was built for), so a cache shared by two machines keeps two entries."""
+    return hashlib.sha256(hs.dumpb(_compile(hs, [b"attribution"]))).hexdigest()[:16]
+
+
 def _cache_key(hs: Any, patterns: list[bytes]) -> str:
     digest = hashlib.sha256(
-        f"{_CACHE_FORMAT}|{getattr(hs, '__version__', '?')}|{platform.machine()}|{len(patterns)}|".encode()
+        f"{_CACHE_FORMAT}|{getattr(hs, '__version__', '?')}|{platform.machine()}|{_platform(hs)}|{len(patterns)}|".encode()
     )
     for p in patterns:
         digest.update(len(p).to_bytes(4, "little"))
