@@ -93,12 +93,38 @@ def load_concepts_table(con: duckdb.DuckDBPyConnection, pack: Pack) -> None:
 
 def read_data_ahead(con: duckdb.DuckDBPyConnection, data: Path = DATA_DIR) -> None:
     """The pack's CSVs read once into this process's cache, ahead of the first attempt (on a
-    connection of its own: what it makes is gone when that closes)."""
-    load_pack_data(con, data, temp=True)
+    connection of its own: what it makes is gone when that closes); a table kept on disk only
+    read into the cache (no statement: the attempt loads it)."""
+    for table, all_varchar in PACK_DATA:
+        path = data / f"{table}.csv"
+        path = path if path.is_file() else DATA_DIR / path.name
+        if not _cached_from_disk(path, all_varchar):
+            _load_csv(con, table, path, all_varchar=all_varchar, temp=True)
+
+
+def _cached_from_disk(path: Path, all_varchar: bool) -> bool:
+    """Whether this version of the file's table is in this process's cache now, read from disk if needed."""
+    stamp = _file_stamp(path)
+    if stamp is None:
+        return False
+    key = (str(path), _read_query(path, all_varchar))
+    cached = _CSV_TABLES.get(key)
+    if cached is not None and cached[0] == stamp:
+        return True
+    kept = _disk_entry(path, all_varchar)
+    if kept is None:
+        return False
+    with _CSV_LOCK:
+        _CSV_TABLES[key] = (stamp, kept[1])
+    return True
+
+
+def _read_query(path: Path, all_varchar: bool) -> str:
+    return f"SELECT * FROM read_csv('{path}', header=true, all_varchar={str(all_varchar).lower()})"
 
 
 def _load_csv(con: duckdb.DuckDBPyConnection, table: str, path: Path, all_varchar: bool, temp: bool = False) -> None:
-    read = f"SELECT * FROM read_csv('{path}', header=true, all_varchar={str(all_varchar).lower()})"
+    read = _read_query(path, all_varchar)
     create = f"CREATE OR REPLACE {'TEMP ' if temp else ''}TABLE {table} AS"
     key = (str(path), read)
     stamp = _file_stamp(path)

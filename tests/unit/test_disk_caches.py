@@ -197,3 +197,14 @@ def test_a_broken_or_unwritable_cache_compiles_the_same_database(cache: Path, mo
     monkeypatch.setenv("XDG_CACHE_HOME", str(entry))  # a file: no cache directory can be made under it
     assert prefilter.LineMatcher(LITERALS).lines(TEXT) == expected
     assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_reading_ahead_takes_kept_tables_without_a_statement(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = _tables(data)
+    monkeypatch.setattr(pack_data, "_CSV_TABLES", {})  # a new process, every table kept on disk
+    closed = duckdb.connect()
+    closed.close()  # any statement on it raises
+    pack_data.read_data_ahead(closed, data)
+    assert {Path(p).name for p, _ in pack_data._CSV_TABLES} == {f"{t}.csv" for t, _ in pack_data.PACK_DATA}
+    monkeypatch.setattr(pack_data, "_disk_entry", lambda *_a: pytest.fail("read from disk again"))
+    assert _tables(data) == expected  # the attempt loads them from the process's cache
