@@ -208,3 +208,27 @@ def test_reading_ahead_takes_kept_tables_without_a_statement(data: Path, monkeyp
     assert {Path(p).name for p, _ in pack_data._CSV_TABLES} == {f"{t}.csv" for t, _ in pack_data.PACK_DATA}
     monkeypatch.setattr(pack_data, "_disk_entry", lambda *_a: pytest.fail("read from disk again"))
     assert _tables(data) == expected  # the attempt loads them from the process's cache
+
+
+def test_the_pack_keeps_its_rules_found_one_select(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped pack's rules' SQL is parsed once per version of the pack (kept with the pickled
+    pack), and SQL that is not one SELECT is still refused, never kept."""
+    import pickle
+
+    from workload_attribution.rules import pack as packs
+    from workload_attribution.rules import sandbox
+    from workload_attribution.rules.sandbox import RuleRuntimeError
+
+    pack = packs.load_pack(packs.RULES_DIR)
+    pack.warm_literals()
+    sqls = [r.sql for r in pack.rules if r.sql]
+    assert sqls and all(sql in pack._selects for sql in sqls)
+    kept = pickle.loads(pickle.dumps(pack))
+    monkeypatch.setattr(sandbox, "single_select", lambda sql: pytest.fail("parsed again"))
+    for sql in sqls:
+        kept.check_select(sql)
+    monkeypatch.undo()
+    for bad in ("SELECT 1; DELETE FROM events", "DELETE FROM events", "SELEC 1"):
+        with pytest.raises(RuleRuntimeError):
+            kept.check_select(bad)
+        assert bad not in kept._selects
