@@ -60,7 +60,9 @@ def _read_foundations(pack: Pack) -> dict[str, str]:
         for f in sorted(sub.rglob("*")):
             name = f.relative_to(root).as_posix()
             # what Python and the data tables' cache keep beside the files (__pycache__/) is not the pack
-            if f.is_file() and f.suffix not in (".md", ".pyc") and name not in _REPORT_ONLY and "__pycache__" not in f.parts:
+            if "__pycache__" in f.parts:
+                continue
+            if f.is_file() and f.suffix not in (".md", ".pyc") and name not in _REPORT_ONLY:
                 out[name] = hashlib.sha256(f.read_bytes()).hexdigest()[:16]
     for table, _ in PACK_DATA:  # a table the pack does not have is the shipped one (pack_data.py)
         name = f"data/{table}.csv"

@@ -148,9 +148,7 @@ def _load_csv(con: duckdb.DuckDBPyConnection, table: str, path: Path, all_varcha
     _keep_on_disk(path, all_varchar, built)
 
 
-def _load_kept(
-    con: duckdb.DuckDBPyConnection, create: str, read: str, kept: tuple[str, str, str] | None
-) -> None:
+def _load_kept(con: duckdb.DuckDBPyConnection, create: str, read: str, kept: tuple[str, str, str] | None) -> None:
     if kept is not None:
         columns, shape, payload = kept
         con.execute(f"{create} {_FROM_JSON.format(columns=columns)}", {"p": payload, "shape": shape})

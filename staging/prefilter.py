@@ -146,9 +146,8 @@ def _platform(hs: Any) -> str:
 
 
 def _cache_key(hs: Any, patterns: list[bytes]) -> str:
-    digest = hashlib.sha256(
-        f"{_CACHE_FORMAT}|{getattr(hs, '__version__', '?')}|{platform.machine()}|{_platform(hs)}|{len(patterns)}|".encode()
-    )
+    version = getattr(hs, "__version__", "?")
+    digest = hashlib.sha256(f"{_CACHE_FORMAT}|{version}|{platform.machine()}|{_platform(hs)}|{len(patterns)}|".encode())
     for p in patterns:
         digest.update(len(p).to_bytes(4, "little"))
         digest.update(p)

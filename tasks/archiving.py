@@ -48,7 +48,8 @@ def keep_checkpoint(point: str, con: duckdb.DuckDBPyConnection) -> None:
 
 def _kept_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
     """The tables keep_checkpoint made (one statement for every point, not one a table)."""
-    return {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = ?", [SCHEMA]).fetchall()}
+    found = con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = ?", [SCHEMA]).fetchall()
+    return {r[0] for r in found}
 
 
 def _kept_text(con: duckdb.DuckDBPyConnection, point: str, table: str, made: set[str]) -> str | None:

@@ -177,9 +177,17 @@ def test_a_compiled_database_is_kept_and_loaded(cache: Path, monkeypatch: pytest
 
     monkeypatch.setattr(prefilter, "_compile", never)
     loaded = prefilter.LineMatcher(LITERALS, ("MARK",))
-    assert loaded.scan(TEXT) == built.scan(TEXT) == (
-        [(1, "NVRM: Xid (PCI:0000:1b:00): 79"), (3, "RuntimeError: CUDA error: out of memory"), (4, "ECC page retired")],
-        False,
+    assert (
+        loaded.scan(TEXT)
+        == built.scan(TEXT)
+        == (
+            [
+                (1, "NVRM: Xid (PCI:0000:1b:00): 79"),
+                (3, "RuntimeError: CUDA error: out of memory"),
+                (4, "ECC page retired"),
+            ],
+            False,
+        )
     )
     assert loaded.scan("MARK\n")[1] and not loaded.scan("MARK\n")[0]
     with pytest.raises(AssertionError):  # other literals (or another order of the ids): another entry
