@@ -59,6 +59,9 @@ def _read_foundations(pack: Pack) -> dict[str, str]:
     for sub in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in _NOT_FOUNDATIONS):
         for f in sorted(sub.rglob("*")):
             name = f.relative_to(root).as_posix()
+            # what Python and the data tables' cache keep beside the files (__pycache__/) is not the pack
+            if "__pycache__" in f.parts:
+                continue
             if f.is_file() and f.suffix not in (".md", ".pyc") and name not in _REPORT_ONLY:
                 out[name] = hashlib.sha256(f.read_bytes()).hexdigest()[:16]
     for table, _ in PACK_DATA:  # a table the pack does not have is the shipped one (pack_data.py)

@@ -13,7 +13,7 @@ import duckdb
 
 from workload_attribution.rules.outputs import apply_output, check_columns
 from workload_attribution.rules.pack import Pack, Rule
-from workload_attribution.rules.sandbox import WATCHDOG, Snapshots, python_rule, single_select
+from workload_attribution.rules.sandbox import WATCHDOG, Snapshots, python_rule
 from workload_attribution.rules.settings import Settings
 
 
@@ -115,7 +115,7 @@ def _failure(exc: Exception, settings: Settings) -> str:
 def _rule_output(con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, settings: Settings) -> int:
     """Materialise the rule's result as temp table rule_out; returns its number of rows."""
     if rule.sql:
-        single_select(rule.sql)
+        pack.check_select(rule.sql)
         row = con.execute(f"CREATE OR REPLACE TEMP TABLE rule_out AS {rule.sql}").fetchone()
         return row[0] if row else 0
     assert rule.python is not None  # a rule has sql or python (the model checks)

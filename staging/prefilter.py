@@ -13,10 +13,13 @@ is left out, as splitting leaves it out of every line.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import platform
 import threading
 from collections.abc import Callable
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from workload_attribution.contracts.errors import BadInput
@@ -62,16 +65,7 @@ class LineMatcher:
         patterns = sorted({lit.encode() for lit in literals if lit and "\n" not in lit})
         self._keeping = len(patterns)  # ids below this keep a line; the markers' ids follow
         patterns += sorted({m.encode() for m in markers if m and "\n" not in m})
-        self._db = None
-        if patterns:
-            self._db = hs.Database(mode=hs.HS_MODE_BLOCK)
-            self._db.compile(
-                expressions=patterns,
-                ids=list(range(len(patterns))),
-                elements=len(patterns),
-                flags=[0] * len(patterns),
-                literal=True,
-            )
+        self._db = _database(hs, patterns) if patterns else None
         self._local = threading.local()
 
     def _scratch(self) -> Any:
@@ -142,6 +136,73 @@ def _as_text(line: bytes) -> str:
 
 def _decoded(line: bytes) -> str:
     return decode(line)[0]
+
+
+def _compile(hs: Any, patterns: list[bytes]) -> Any:
+    db = hs.Database(mode=hs.HS_MODE_BLOCK)
+    db.compile(
+        expressions=patterns,
+        ids=list(range(len(patterns))),
+        elements=len(patterns),
+        flags=[0] * len(patterns),
+        literal=True,
+    )
+    return db
+
+
+# Compiling a pack's literals costs a new process ~90 ms of CPU (~0.7k-2k literals a source: ~15-37
+# ms each); loading the compiled database Hyperscan serialised costs microseconds. So each database
+# is kept, serialised, in the user's cache directory under a key covering every literal in its
+# order, Hyperscan's version and the machine (Hyperscan refuses a database built for a CPU this one
+# is not: it is compiled again). Written whole, then renamed; no cache directory: compiled as always.
+_CACHE_FORMAT = 1
+_CACHE_KEEP = 32  # entries kept (a pack's sources and its concepts, for a few packs)
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "workload-attribution" / "hyperscan"
+
+
+@lru_cache(maxsize=1)
+def _platform(hs: Any) -> str:
+    """What Hyperscan builds for here: a tiny database serialised (its header names the version
+    and the CPU features it was built for), so a cache shared by two machines keeps two entries."""
+    return hashlib.sha256(hs.dumpb(_compile(hs, [b"attribution"]))).hexdigest()[:16]
+
+
+def _cache_key(hs: Any, patterns: list[bytes]) -> str:
+    version = getattr(hs, "__version__", "?")
+    digest = hashlib.sha256(f"{_CACHE_FORMAT}|{version}|{platform.machine()}|{_platform(hs)}|{len(patterns)}|".encode())
+    for p in patterns:
+        digest.update(len(p).to_bytes(4, "little"))
+        digest.update(p)
+    return digest.hexdigest()[:40]
+
+
+def _database(hs: Any, patterns: list[bytes]) -> Any:
+    """The compiled database of these literals (ids: their positions), from the cache when it holds it."""
+    try:
+        path = _cache_dir() / f"{_cache_key(hs, patterns)}.hsdb"
+    except Exception:  # no home to name a cache in: compiled
+        return _compile(hs, patterns)
+    try:
+        return hs.loadb(path.read_bytes(), hs.HS_MODE_BLOCK)
+    except Exception:  # none kept, unreadable, or built for another CPU: compiled, then kept
+        pass
+    db = _compile(hs, patterns)
+    try:
+        body = hs.dumpb(db)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_bytes(body)
+        os.replace(tmp, path)
+        kept = sorted(path.parent.glob("*.hsdb"), key=lambda f: f.stat().st_mtime, reverse=True)
+        for old in kept[_CACHE_KEEP:]:
+            old.unlink(missing_ok=True)
+    except Exception:  # a read-only home, a full disk: nothing kept, the next process compiles again
+        pass
+    return db
 
 
 @lru_cache(maxsize=16)

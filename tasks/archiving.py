@@ -46,20 +46,23 @@ def keep_checkpoint(point: str, con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE OR REPLACE TABLE {SCHEMA}.{table}_{point} AS SELECT * FROM {table}")
 
 
-def _kept_text(con: duckdb.DuckDBPyConnection, point: str, table: str) -> str | None:
+def _kept_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """The tables keep_checkpoint made (one statement for every point, not one a table)."""
+    found = con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = ?", [SCHEMA]).fetchall()
+    return {r[0] for r in found}
+
+
+def _kept_text(con: duckdb.DuckDBPyConnection, point: str, table: str, made: set[str]) -> str | None:
     kept = f"{table}_{point}"
-    known = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?", [SCHEMA, kept]
-    ).fetchone()
-    if not known or not known[0]:
+    if kept not in made:
         return None
     parts: list[bytes] = []
     dump(con, {f"{SCHEMA}.{kept}": KEPT[point][table]}, parts.append)
     return b"".join(parts).decode()
 
 
-def _checkpoint(con: duckdb.DuckDBPyConnection, point: str, prefix: str) -> Checkpoint | None:
-    texts = {table: _kept_text(con, point, table) for table in KEPT[point]}
+def _checkpoint(con: duckdb.DuckDBPyConnection, point: str, prefix: str, made: set[str]) -> Checkpoint | None:
+    texts = {table: _kept_text(con, point, table, made) for table in KEPT[point]}
     if any(text is None for text in texts.values()):  # the run never reached the point
         return None
     events = texts.pop("events") or ""
@@ -82,7 +85,8 @@ def archive_attempt(
         with connected(staging) as con:
             rows = dump(con, EVIDENCE_TABLES, packed.write)
             given = settings_dict(settings)
-            kept = {point: _checkpoint(con, point, prefix_digest(pack, point, given)) for point in KEPT}
+            made = _kept_tables(con)
+            kept = {point: _checkpoint(con, point, prefix_digest(pack, point, given), made) for point in KEPT}
         digest, body = packed.finish()
         manifest = Manifest(
             diagnosis_id=diagnosis.diagnosis_id,

@@ -1,0 +1,242 @@
+"""What a new process takes from disk instead of building again: the pack's data tables (kept beside
+the pack's data, rules/pack_data.py) and the compiled Hyperscan databases (staging/prefilter.py).
+Each gives what building gives; a changed source is another entry; an entry that cannot be read is
+built again; no place to write leaves nothing kept and the answer the same; two processes at once
+each read a whole entry or build their own."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from workload_attribution.rules import pack_data
+from workload_attribution.staging import prefilter
+
+
+def _tables(data: Path) -> dict[str, tuple[list, list]]:
+    """The pack's data tables as an attempt gets them: (columns with types, rows)."""
+    con = duckdb.connect()
+    try:
+        pack_data.load_pack_data(con, data)
+        return {
+            t: (con.execute(f"DESCRIBE {t}").fetchall(), con.execute(f"SELECT * FROM {t}").fetchall())
+            for t, _ in pack_data.PACK_DATA
+        }
+    finally:
+        con.close()
+
+
+def _read_csv(data: Path) -> dict[str, tuple[list, list]]:
+    """The same tables read with read_csv, no cache anywhere."""
+    con = duckdb.connect()
+    try:
+        out = {}
+        for t, all_varchar in pack_data.PACK_DATA:
+            con.execute(
+                f"CREATE TABLE {t} AS SELECT * FROM read_csv('{data / (t + '.csv')}', header=true, "
+                f"all_varchar={str(all_varchar).lower()})"
+            )
+            out[t] = (con.execute(f"DESCRIBE {t}").fetchall(), con.execute(f"SELECT * FROM {t}").fetchall())
+        return out
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the shipped pack's data, this test's user cache directory, an empty process cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    copy = tmp_path / "pack" / "data"
+    shutil.copytree(pack_data.DATA_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(pack_data, "_CSV_TABLES", {})
+    return copy
+
+
+def _entries(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("*")) if folder.is_dir() else []
+
+
+def test_the_data_tables_are_kept_beside_the_pack_and_read_back(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = _read_csv(data)
+    assert _tables(data) == expected  # built (read_csv, the round trip checked), then kept
+    kept = _entries(data / "__pycache__")
+    assert len(kept) == 3 and all(n.endswith(".json") and not n.startswith(".") for n in kept)
+
+    # a new process: nothing in its own cache; what is on disk is loaded, the CSV never read
+    monkeypatch.setattr(pack_data, "_CSV_TABLES", {})
+
+    def never(*_a: object) -> None:
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(pack_data, "_as_json", never)
+    assert _tables(data) == expected
+    # ... and an entry that cannot be read is built again, and rewritten
+    monkeypatch.undo()
+    monkeypatch.setattr(pack_data, "_CSV_TABLES", {})
+    broken = next((data / "__pycache__").glob("xid_catalog-*.json"))
+    broken.write_text("{not json")
+    assert _tables(data) == expected
+    assert json.loads(broken.read_text())["format"] == pack_data._DISK_FORMAT
+
+
+def test_a_changed_data_file_is_another_entry(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _tables(data)
+    before = _entries(data / "__pycache__")
+    csv = data / "evidence_sources.csv"
+    lines = csv.read_text().splitlines(keepends=True)
+    csv.write_text("".join(lines[:-1]))  # a row fewer: another version of the file
+    monkeypatch.setattr(pack_data, "_CSV_TABLES", {})  # a new process
+    tables = _tables(data)
+    assert tables == _read_csv(data)
+    assert len(tables["evidence_sources"][1]) == len(lines) - 2  # the header and the row gone
+    after = _entries(data / "__pycache__")
+    assert len(after) == 3 and set(after) != set(before)  # the old entry replaced, not kept beside it
+    assert {n for n in after if not n.startswith("evidence_sources-")} == {
+        n for n in before if not n.startswith("evidence_sources-")
+    }
+
+
+def test_a_read_only_pack_keeps_its_tables_in_the_user_cache_or_nowhere(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = _read_csv(data)
+    (data / "__pycache__").write_text("")  # a folder that cannot be made there (as a read-only install)
+    assert _tables(data) == expected
+    user = pack_data._disk_dirs(data / "xid_catalog.csv")[1]
+    assert user.is_relative_to(tmp_path / "cache") and len(_entries(user)) == 3
+    monkeypatch.setattr(pack_data, "_CSV_TABLES", {})
+    monkeypatch.setattr(pack_data, "_as_json", lambda *_a: pytest.fail("built again"))
+    assert _tables(data) == expected  # read back from the user's cache
+    monkeypatch.undo()
+
+    # nowhere to write at all: built every time, the same tables
+    monkeypatch.setenv("XDG_CACHE_HOME", str(data / "xid_catalog.csv"))  # a file, not a folder
+    monkeypatch.setattr(pack_data, "_CSV_TABLES", {})
+    assert _tables(data) == expected
+    assert _tables(data) == expected
+
+
+_LOAD = """
+import sys
+from pathlib import Path
+import duckdb
+from workload_attribution.rules import pack_data
+con = duckdb.connect()
+pack_data.load_pack_data(con, Path(sys.argv[1]))
+print(con.execute("SELECT (SELECT count(*) FROM xid_catalog), (SELECT count(*) FROM nvlink5_decode), "
+                  "(SELECT count(*) FROM evidence_sources)").fetchone())
+"""
+
+
+def test_processes_starting_at_once_each_read_a_whole_entry(data: Path) -> None:
+    expected = _read_csv(data)
+    counts = str(tuple(len(expected[t][1]) for t, _ in pack_data.PACK_DATA))
+    for _ in range(2):  # with nothing kept, then with every entry there
+        procs = [
+            subprocess.Popen([sys.executable, "-c", _LOAD, str(data)], stdout=subprocess.PIPE, text=True)
+            for _ in range(4)
+        ]
+        outs = [p.communicate(timeout=120)[0].strip() for p in procs]
+        assert all(p.returncode == 0 for p in procs) and outs == [counts] * 4
+        kept = _entries(data / "__pycache__")
+        assert len(kept) == 3 and not [n for n in kept if n.startswith(".")]  # no temporary file left
+        for n in kept:
+            assert json.loads((data / "__pycache__" / n).read_text())["format"] == pack_data._DISK_FORMAT
+    assert _tables(data) == expected
+
+
+# -- Hyperscan's compiled databases ------------------------------------------------------------
+
+hs = pytest.importorskip("hyperscan") if prefilter.engine() == "hyperscan" else None
+needs_hyperscan = pytest.mark.skipif(hs is None, reason="the hyperscan wheel is not installed here")
+
+LITERALS = ("NVRM: Xid", "CUDA error", "Out of memory", "ECC")
+TEXT = "ok\nNVRM: Xid (PCI:0000:1b:00): 79\nfine\nRuntimeError: CUDA error: out of memory\nECC page retired\n"
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    return tmp_path / "workload-attribution" / "hyperscan"
+
+
+@needs_hyperscan
+def test_a_compiled_database_is_kept_and_loaded(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built = prefilter.LineMatcher(LITERALS, ("MARK",))
+    assert len(_entries(cache)) == 1
+    prefilter._platform(prefilter._hyperscan())  # worked out once per process, before compiling is refused
+
+    def never(*_a: object) -> None:
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(prefilter, "_compile", never)
+    loaded = prefilter.LineMatcher(LITERALS, ("MARK",))
+    assert (
+        loaded.scan(TEXT)
+        == built.scan(TEXT)
+        == (
+            [
+                (1, "NVRM: Xid (PCI:0000:1b:00): 79"),
+                (3, "RuntimeError: CUDA error: out of memory"),
+                (4, "ECC page retired"),
+            ],
+            False,
+        )
+    )
+    assert loaded.scan("MARK\n")[1] and not loaded.scan("MARK\n")[0]
+    with pytest.raises(AssertionError):  # other literals (or another order of the ids): another entry
+        prefilter.LineMatcher(LITERALS[:-1])
+
+
+@needs_hyperscan
+def test_a_broken_or_unwritable_cache_compiles_the_same_database(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = prefilter.LineMatcher(LITERALS).lines(TEXT)
+    [entry] = cache.glob("*.hsdb")
+    entry.write_bytes(b"not a database")
+    assert prefilter.LineMatcher(LITERALS).lines(TEXT) == expected  # compiled again, and kept
+    assert entry.read_bytes() != b"not a database"
+    assert prefilter.LineMatcher(LITERALS).lines(TEXT) == expected
+    monkeypatch.setenv("XDG_CACHE_HOME", str(entry))  # a file: no cache directory can be made under it
+    assert prefilter.LineMatcher(LITERALS).lines(TEXT) == expected
+    assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_reading_ahead_takes_kept_tables_without_a_statement(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = _tables(data)
+    monkeypatch.setattr(pack_data, "_CSV_TABLES", {})  # a new process, every table kept on disk
+    closed = duckdb.connect()
+    closed.close()  # any statement on it raises
+    pack_data.read_data_ahead(closed, data)
+    assert {Path(p).name for p, _ in pack_data._CSV_TABLES} == {f"{t}.csv" for t, _ in pack_data.PACK_DATA}
+    monkeypatch.setattr(pack_data, "_disk_entry", lambda *_a: pytest.fail("read from disk again"))
+    assert _tables(data) == expected  # the attempt loads them from the process's cache
+
+
+def test_the_pack_keeps_its_rules_found_one_select(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped pack's rules' SQL is parsed once per version of the pack (kept with the pickled
+    pack), and SQL that is not one SELECT is still refused, never kept."""
+    import pickle
+
+    from workload_attribution.rules import pack as packs
+    from workload_attribution.rules import sandbox
+    from workload_attribution.rules.sandbox import RuleRuntimeError
+
+    pack = packs.load_pack(packs.RULES_DIR)
+    pack.warm_literals()
+    sqls = [r.sql for r in pack.rules if r.sql]
+    assert sqls and all(sql in pack._selects for sql in sqls)
+    kept = pickle.loads(pickle.dumps(pack))
+    monkeypatch.setattr(sandbox, "single_select", lambda sql: pytest.fail("parsed again"))
+    for sql in sqls:
+        kept.check_select(sql)
+    monkeypatch.undo()
+    for bad in ("SELECT 1; DELETE FROM events", "DELETE FROM events", "SELEC 1"):
+        with pytest.raises(RuleRuntimeError):
+            kept.check_select(bad)
+        assert bad not in kept._selects
