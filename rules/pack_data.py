@@ -4,8 +4,9 @@ A pack's CSV as a table, read from the file once per process (while the file is 
 attempt then loads it from JSON, about a third of read_csv's cost (its sniffer and reader are set up
 for a file of any size). Kept only when the JSON round trip gives the same table.
 
-That JSON is also kept on disk, once per version of the file (as Python keeps bytecode): beside the
-pack's data (data/__pycache__/), else in the user's cache directory, else nowhere. A new process
+That JSON is also kept on disk, once per version of the file (as Python keeps bytecode), in the
+user's cache directory (never beside the pack: an installed package's folder would keep entries
+that `pip uninstall` leaves behind, and a user's own rules folder would gain files), else nowhere. A new process
 then loads it instead of reading the CSV, checking the round trip and describing the table again
 (read_csv, DESCRIBE x2, SELECT x2: ~30 ms of a fresh `diagnose`'s CPU). An entry is named by what
 it is built from (the file's bytes, how it is read, DuckDB's version, this format): a changed file is
@@ -172,11 +173,11 @@ def _disk_name(path: Path, all_varchar: bool) -> str | None:
 
 
 def _disk_dirs(path: Path) -> list[Path]:
-    """Where entries are looked for and written, in order: beside the pack's data, then the user's
-    cache directory (a read-only install), keyed there by the data folder's location."""
+    """Where entries are looked for and written: the user's cache directory, keyed by the data
+    folder's location."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     place = hashlib.sha256(str(path.parent.resolve()).encode()).hexdigest()[:12]
-    return [path.parent / "__pycache__", Path(base) / "workload-attribution" / "pack-data" / place]
+    return [Path(base) / "workload-attribution" / "pack-data" / place]
 
 
 def _disk_entry(path: Path, all_varchar: bool) -> tuple[str, tuple[str, str, str] | None] | None:

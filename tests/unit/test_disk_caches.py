@@ -1,5 +1,5 @@
-"""What a new process takes from disk instead of building again: the pack's data tables (kept beside
-the pack's data, rules/pack_data.py) and the compiled Hyperscan databases (staging/prefilter.py).
+"""What a new process takes from disk instead of building again: the pack's data tables (kept in the
+user's cache, rules/pack_data.py) and the compiled Hyperscan databases (staging/prefilter.py).
 Each gives what building gives; a changed source is another entry; an entry that cannot be read is
 built again; no place to write leaves nothing kept and the answer the same; two processes at once
 each read a whole entry or build their own."""
@@ -62,11 +62,19 @@ def _entries(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.glob("*")) if folder.is_dir() else []
 
 
-def test_the_data_tables_are_kept_beside_the_pack_and_read_back(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _kept(data: Path) -> Path:
+    """Where the pack's entries are kept: the user's cache (this test's), never the pack's folder."""
+    folder = pack_data._disk_dirs(data / "xid_catalog.csv")[0]
+    assert folder.is_relative_to(data.parent.parent / "cache")
+    return folder
+
+
+def test_the_data_tables_are_kept_in_the_user_cache_and_read_back(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     expected = _read_csv(data)
     assert _tables(data) == expected  # built (read_csv, the round trip checked), then kept
-    kept = _entries(data / "__pycache__")
+    kept = _entries(_kept(data))
     assert len(kept) == 3 and all(n.endswith(".json") and not n.startswith(".") for n in kept)
+    assert not (data / "__pycache__").exists()  # the pack's folder (an installed package's) untouched
 
     # a new process: nothing in its own cache; what is on disk is loaded, the CSV never read
     monkeypatch.setattr(pack_data, "_CSV_TABLES", {})
@@ -78,8 +86,9 @@ def test_the_data_tables_are_kept_beside_the_pack_and_read_back(data: Path, monk
     assert _tables(data) == expected
     # ... and an entry that cannot be read is built again, and rewritten
     monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(data.parent.parent / "cache"))  # undone with the rest
     monkeypatch.setattr(pack_data, "_CSV_TABLES", {})
-    broken = next((data / "__pycache__").glob("xid_catalog-*.json"))
+    broken = next(_kept(data).glob("xid_catalog-*.json"))
     broken.write_text("{not json")
     assert _tables(data) == expected
     assert json.loads(broken.read_text())["format"] == pack_data._DISK_FORMAT
@@ -87,7 +96,7 @@ def test_the_data_tables_are_kept_beside_the_pack_and_read_back(data: Path, monk
 
 def test_a_changed_data_file_is_another_entry(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _tables(data)
-    before = _entries(data / "__pycache__")
+    before = _entries(_kept(data))
     csv = data / "evidence_sources.csv"
     lines = csv.read_text().splitlines(keepends=True)
     csv.write_text("".join(lines[:-1]))  # a row fewer: another version of the file
@@ -95,31 +104,22 @@ def test_a_changed_data_file_is_another_entry(data: Path, monkeypatch: pytest.Mo
     tables = _tables(data)
     assert tables == _read_csv(data)
     assert len(tables["evidence_sources"][1]) == len(lines) - 2  # the header and the row gone
-    after = _entries(data / "__pycache__")
+    after = _entries(_kept(data))
     assert len(after) == 3 and set(after) != set(before)  # the old entry replaced, not kept beside it
     assert {n for n in after if not n.startswith("evidence_sources-")} == {
         n for n in before if not n.startswith("evidence_sources-")
     }
 
 
-def test_a_read_only_pack_keeps_its_tables_in_the_user_cache_or_nowhere(
-    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_with_no_user_cache_the_tables_are_kept_nowhere_and_the_same(
+    data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     expected = _read_csv(data)
-    (data / "__pycache__").write_text("")  # a folder that cannot be made there (as a read-only install)
-    assert _tables(data) == expected
-    user = pack_data._disk_dirs(data / "xid_catalog.csv")[1]
-    assert user.is_relative_to(tmp_path / "cache") and len(_entries(user)) == 3
-    monkeypatch.setattr(pack_data, "_CSV_TABLES", {})
-    monkeypatch.setattr(pack_data, "_as_json", lambda *_a: pytest.fail("built again"))
-    assert _tables(data) == expected  # read back from the user's cache
-    monkeypatch.undo()
-
-    # nowhere to write at all: built every time, the same tables
     monkeypatch.setenv("XDG_CACHE_HOME", str(data / "xid_catalog.csv"))  # a file, not a folder
-    monkeypatch.setattr(pack_data, "_CSV_TABLES", {})
     assert _tables(data) == expected
+    monkeypatch.setattr(pack_data, "_CSV_TABLES", {})  # a new process: built again, the same tables
     assert _tables(data) == expected
+    assert not (data / "__pycache__").exists()  # nor beside the pack
 
 
 _LOAD = """
@@ -144,10 +144,10 @@ def test_processes_starting_at_once_each_read_a_whole_entry(data: Path) -> None:
         ]
         outs = [p.communicate(timeout=120)[0].strip() for p in procs]
         assert all(p.returncode == 0 for p in procs) and outs == [counts] * 4
-        kept = _entries(data / "__pycache__")
+        kept = _entries(_kept(data))
         assert len(kept) == 3 and not [n for n in kept if n.startswith(".")]  # no temporary file left
         for n in kept:
-            assert json.loads((data / "__pycache__" / n).read_text())["format"] == pack_data._DISK_FORMAT
+            assert json.loads((_kept(data) / n).read_text())["format"] == pack_data._DISK_FORMAT
     assert _tables(data) == expected
 
 
