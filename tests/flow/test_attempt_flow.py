@@ -107,15 +107,21 @@ def test_a_bundle_is_scoped_in_the_flow_run_itself_and_its_sources_are_task_runs
     said: list[str] = []
     logged = attempt._logged
     monkeypatch.setattr(attempt, "_logged", lambda step, *a, **k: said.append(step) or logged(step, *a, **k))
+    collected: list[str] = []  # the sources with input: each a task run
+    nothing = attempt.nothing_to_collect
+    monkeypatch.setattr(
+        attempt, "nothing_to_collect", lambda scoped, source: nothing(scoped, source) or collected.append(source)
+    )
     monkeypatch.setenv("ATTRIBUTION_WAREHOUSE", "")
     state = attempt.attribute_attempt(Target(bundle=str(WORKED)), return_state=True)
     assert state.is_completed()
     only = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
     with get_client(sync_client=True) as client:
         deadline = time.monotonic() + 30
-        while not client.read_task_runs(flow_run_filter=only) and time.monotonic() < deadline:
-            time.sleep(0.5)  # task runs are recorded from their state events, a moment later
-        time.sleep(1.5)
+        # task runs are recorded from their state events, a moment later: wait for every collect's
         names = sorted(r.name for r in client.read_task_runs(flow_run_filter=only))
-    assert names and all(n.startswith("collect-") for n in names), names
+        while len(names) < len(collected) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            names = sorted(r.name for r in client.read_task_runs(flow_run_filter=only))
+    assert collected and names and all(n.startswith("collect-") for n in names), names
     assert said[0] == "scope", said
