@@ -29,17 +29,21 @@
 -- Zone-less forms take the attempt's timezone; year-less forms take the year that puts the
 -- time nearest to the attempt (a "Dec 31" line in a January attempt belongs to the year before).
 --
--- Each form is two macros: lt_<form>_re(s), its one regexp_extract, and lt_<form>_of(g, ...), what
--- the groups mean: {len: prefix length incl. trailing blanks, at: the wall-clock time written (NULL
--- when none), z: its zone as written ('' = none)}, or NULL when the line does not start with the
--- form. A form's regex runs only behind a test of the one or two characters every line of that
+-- Each form is two macros: lt_<form>_re(s), its one regexp_extract, and lt_<form>_of(g), what the
+-- groups mean, as written (lt_pick: prefix length incl. trailing blanks, how the fields make a
+-- time, the fields, the zone ('' = none)), or NULL when the line does not start with the form. A form's regex runs only behind a test of the one or two characters every line of that
 -- form has at a fixed place (an ISO date's '-' at 5 or 6, a month name's blank at 4, a '[' ...), so
 -- a line is tried against the few forms it can be, not all of them: a regex with groups builds its
 -- result even when it fails. A form skipped so gives NULL groups, which its _of macro reads as no
 -- match. The grammar binds every regex result to a column before reading it (an expression
 -- under CASE is not shared by the planner: read through a macro it would run once per group read),
 -- and turns the chosen wall-clock time into UTC once (lt_zoned). Both together took the grammar
--- from 5.5 to 2.3 us a line (100k kernel lines, 2 threads). The guards build no string: a first
+-- from 5.5 to 2.3 us a line (100k kernel lines, 2 threads). A line can carry a time at three places
+-- (outer, own, inner) and in its text, but only one of them dates it: each place's first form is
+-- picked as written (its fields as strings), the one that wins is chosen, and only its fields
+-- become a time, once (lt_pick_time). A macro's argument is copied wherever its body reads it, and
+-- DuckDB binds (and plans) every copy anew in each statement: with a time made at each place and
+-- of each form, the grammar was ~2,500 expressions to bind, ~30 ms of a tiny attempt's statement. The guards build no string: a first
 -- character is tested with one GLOB class (lt_starts), a later one with a LIKE pattern (lt_at_is),
 -- never with substr(s, i, 1) (a string per test, ~35 tests a line: with starts_with, ~25% of the
 -- grammar's CPU); and a stage that cut nothing passes its string on as it is (lt_after), not as a
@@ -119,8 +123,15 @@ CREATE OR REPLACE MACRO lt_year_shift(at2000, ref2000) AS
     CASE WHEN epoch(at2000) - epoch(ref2000) > 15778800 THEN -1
          WHEN epoch(ref2000) - epoch(at2000) > 15778800 THEN 1
          ELSE 0 END;
-CREATE OR REPLACE MACRO lt_yearless(mo, d, h, mi, sec, ref_year, ref2000) AS
-    lt_make(ref_year + lt_year_shift(lt_make(2000, mo, d, h, mi, sec), ref2000), mo, d, h, mi, sec);
+
+-- What a form's groups say, as written: `form` is how they make a time ('date': year and all;
+-- 'yearless'; 'epoch': seconds since 1970, UTC; NULL: none, a dmesg uptime), `mo` a month's number,
+-- `mon` its name, `s` and `f` the seconds and their fraction's digits, `z` the zone. A form that
+-- matched makes a time exactly when `form` is set (lt_make gives '-infinity', never NULL), so
+-- which place dates a line is known before any time is made.
+CREATE OR REPLACE MACRO lt_pick(len, form, y, mo, mon, d, h, mi, s, f, z) AS
+    {'len': len, 'form': form, 'y': y, 'mo': mo, 'mon': mon, 'd': d, 'h': h, 'mi': mi, 's': s, 'f': f, 'z': z};
+CREATE OR REPLACE MACRO lt_timed(p) AS p['form'] IS NOT NULL;
 
 -- ---- Outer timestamp forms -----------------------------------------------------------------------
 
@@ -131,11 +142,8 @@ CREATE OR REPLACE MACRO lt_iso_re(s) AS CASE WHEN lt_at_is(s, 5, '-') OR lt_at_i
     '^(\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|[+-]\d{2}:?\d{2})?\]?:?(?:\s+|$))',
     ['all','y','mo','d','h','mi','s','f','z']) END;
 CREATE OR REPLACE MACRO lt_iso_of(g) AS
-    CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
-        'len': length(g['all']),
-        'at': lt_make(lt_int(g['y']), lt_int(g['mo']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']),
-                      lt_secs(g['s'], g['f'])),
-        'z': g['z']} END;
+    CASE WHEN coalesce(g['all'], '') = '' THEN NULL
+         ELSE lt_pick(length(g['all']), 'date', g['y'], g['mo'], NULL, g['d'], g['h'], g['mi'], g['s'], g['f'], g['z']) END;
 
 -- journalctl -o short-full: "Fri 2026-11-20 10:05:01 UTC host ..." (the zone as an abbreviation)
 CREATE OR REPLACE MACRO lt_short_full_re(s) AS CASE WHEN lt_at_is(s, 4, ' ') THEN regexp_extract(s,
@@ -149,11 +157,8 @@ CREATE OR REPLACE MACRO lt_ctime_re(s) AS CASE WHEN lt_at_is(s, 4, ' ') OR lt_at
     '^(\[?(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))? (\d{4})\]?:?(?:\s+|$))',
     ['all','mon','d','h','mi','s','f','y']) END;
 CREATE OR REPLACE MACRO lt_ctime_of(g) AS
-    CASE WHEN coalesce(g['all'], '') = '' OR lt_month(g['mon']) = 0 THEN NULL ELSE {
-        'len': length(g['all']),
-        'at': lt_make(lt_int(g['y']), lt_month(g['mon']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']),
-                      lt_secs(g['s'], g['f'])),
-        'z': ''} END;
+    CASE WHEN coalesce(g['all'], '') = '' OR lt_month(g['mon']) = 0 THEN NULL
+         ELSE lt_pick(length(g['all']), 'date', g['y'], NULL, g['mon'], g['d'], g['h'], g['mi'], g['s'], g['f'], '') END;
 
 -- Raw dmesg "[ 1234.567890] " (journalctl short-monotonic too): seconds since boot, no wall clock,
 -- so no time of its own; the prefix is stripped so the body starts at the kernel's message, and it
@@ -162,34 +167,25 @@ CREATE OR REPLACE MACRO lt_ctime_of(g) AS
 CREATE OR REPLACE MACRO lt_uptime_re(s) AS CASE WHEN lt_starts(s, '[') THEN regexp_extract(s,
     '^(\[ *(\d{1,12})\.(\d{1,9})\](?:\s+|$))', ['all','s','f']) END;
 CREATE OR REPLACE MACRO lt_uptime_of(g) AS
-    CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
-        'len': length(g['all']),
-        'at': CASE WHEN length(g['s']) >= 10
-                   THEN try(make_timestamp(TRY_CAST(g['s'] AS BIGINT) * 1000000
-                                           + TRY_CAST(rpad(left(g['f'], 6), 6, '0') AS BIGINT))) END,
-        'z': 'UTC'} END;
+    CASE WHEN coalesce(g['all'], '') = '' THEN NULL
+         ELSE lt_pick(length(g['all']), CASE WHEN length(g['s']) >= 10 THEN 'epoch' END,
+                      NULL, NULL, NULL, NULL, NULL, NULL, g['s'], g['f'], 'UTC') END;
 
 -- NVIDIA Fabric Manager "[Nov 20 2026 10:05:01] "
 CREATE OR REPLACE MACRO lt_fabricmanager_re(s) AS CASE WHEN lt_starts(s, '[') THEN regexp_extract(s,
     '^(\[([A-Z][a-z]{2}) +(\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\]\s*)',
     ['all','mon','d','y','h','mi','s']) END;
 CREATE OR REPLACE MACRO lt_fabricmanager_of(g) AS
-    CASE WHEN coalesce(g['all'], '') = '' OR lt_month(g['mon']) = 0 THEN NULL ELSE {
-        'len': length(g['all']),
-        'at': lt_make(lt_int(g['y']), lt_month(g['mon']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']),
-                      TRY_CAST(g['s'] AS DOUBLE)),
-        'z': ''} END;
+    CASE WHEN coalesce(g['all'], '') = '' OR lt_month(g['mon']) = 0 THEN NULL
+         ELSE lt_pick(length(g['all']), 'date', g['y'], NULL, g['mon'], g['d'], g['h'], g['mi'], g['s'], NULL, '') END;
 
 -- RFC 3164 and journalctl short / short-precise: "Nov 20 10:05:01[.123456] " (no year)
 CREATE OR REPLACE MACRO lt_rfc3164_re(s) AS CASE WHEN lt_at_is(s, 4, ' ') THEN regexp_extract(s,
     '^(([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s+)',
     ['all','mon','d','h','mi','s','f']) END;
-CREATE OR REPLACE MACRO lt_rfc3164_of(g, ref_year, ref2000) AS
-    CASE WHEN coalesce(g['all'], '') = '' OR lt_month(g['mon']) = 0 THEN NULL ELSE {
-        'len': length(g['all']),
-        'at': lt_yearless(lt_month(g['mon']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']),
-                          lt_secs(g['s'], g['f']), ref_year, ref2000),
-        'z': ''} END;
+CREATE OR REPLACE MACRO lt_rfc3164_of(g) AS
+    CASE WHEN coalesce(g['all'], '') = '' OR lt_month(g['mon']) = 0 THEN NULL
+         ELSE lt_pick(length(g['all']), 'yearless', NULL, NULL, g['mon'], g['d'], g['h'], g['mi'], g['s'], g['f'], '') END;
 
 -- glog and PyTorch c10: "[E1120 10:05:01.123456789 file.cpp:607]", "E1120 10:05:01.123 12345 file.py:874]",
 -- "[W626 06:24:44.123]". Severity I/W/E/F, then month and day: glog pads the month ("E0626"),
@@ -198,22 +194,16 @@ CREATE OR REPLACE MACRO lt_rfc3164_of(g, ref_year, ref2000) AS
 CREATE OR REPLACE MACRO lt_glog_re(s) AS CASE WHEN lt_starts(s, '[IWEF') THEN regexp_extract(s,
     '^(\[?[IWEF](\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?[\s\]])',
     ['all','mo','d','h','mi','s','f']) END;
-CREATE OR REPLACE MACRO lt_glog_of(g, ref_year, ref2000) AS
-    CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
-        'len': 0,
-        'at': lt_yearless(lt_int(g['mo']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']), lt_secs(g['s'], g['f']),
-                          ref_year, ref2000),
-        'z': ''} END;
+CREATE OR REPLACE MACRO lt_glog_of(g) AS
+    CASE WHEN coalesce(g['all'], '') = '' THEN NULL
+         ELSE lt_pick(0, 'yearless', NULL, g['mo'], NULL, g['d'], g['h'], g['mi'], g['s'], g['f'], '') END;
 
 -- mmengine / MMCV's logger: "12/20 10:05:01 - mmengine - INFO - " (month/day, no year)
 CREATE OR REPLACE MACRO lt_mmdd_re(s) AS CASE WHEN lt_at_is(s, 3, '/') THEN regexp_extract(s,
     '^((\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})\s+)', ['all','mo','d','h','mi','s']) END;
-CREATE OR REPLACE MACRO lt_mmdd_of(g, ref_year, ref2000) AS
-    CASE WHEN coalesce(g['all'], '') = '' THEN NULL ELSE {
-        'len': length(g['all']),
-        'at': lt_yearless(lt_int(g['mo']), lt_int(g['d']), lt_int(g['h']), lt_int(g['mi']), TRY_CAST(g['s'] AS DOUBLE),
-                          ref_year, ref2000),
-        'z': ''} END;
+CREATE OR REPLACE MACRO lt_mmdd_of(g) AS
+    CASE WHEN coalesce(g['all'], '') = '' THEN NULL
+         ELSE lt_pick(length(g['all']), 'yearless', NULL, g['mo'], NULL, g['d'], g['h'], g['mi'], g['s'], NULL, '') END;
 
 -- ---- Syslog headers ------------------------------------------------------------------------------
 
@@ -294,64 +284,78 @@ CREATE OR REPLACE MACRO parse_log_lines(src, tz, ref) AS TABLE
                        lt_rfc3164_re(s2) AS g_3164, lt_glog_re(s2) AS g_glog, lt_mmdd_re(s2) AS g_mmdd FROM h2),
          o2 AS (SELECT k, ry, r2000, ev, header_time, head, s2,
                        coalesce(lt_iso_of(g_iso), lt_short_full_of(g_full), lt_ctime_of(g_ctime), lt_uptime_of(g_up),
-                                lt_fabricmanager_of(g_fm), lt_rfc3164_of(g_3164, ry, r2000),
-                                lt_glog_of(g_glog, ry, r2000), lt_mmdd_of(g_mmdd, ry, r2000)) AS o
+                                lt_fabricmanager_of(g_fm), lt_rfc3164_of(g_3164), lt_glog_of(g_glog), lt_mmdd_of(g_mmdd)) AS o
                 FROM o1),
-         o3 AS (SELECT k, ry, r2000, ev, header_time, head, lt_zoned(o['at'], o['z'], tz) AS outer_ts,
-                       lt_after(s2, coalesce(o['len'], 0)) AS s2b FROM o2),
+         o3 AS (SELECT k, ry, r2000, ev, header_time, head, o, lt_after(s2, coalesce(o['len'], 0)) AS s2b FROM o2),
          -- the container runtime's stream and tag (CRI log format): "stdout F ", "stderr P "
-         o4 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts,
+         o4 AS (SELECT k, ry, r2000, ev, header_time, head, o,
                        CASE WHEN lt_starts(s2b, 's') AND regexp_matches(s2b, '^std(?:out|err) [FP](?: |$)')
                             THEN substr(s2b, 10) ELSE s2b END AS s3 FROM o3),
          -- the line's own time inside a runtime's or a collector's (a CRI record, kubectl logs
          -- --timestamps): what would be the outer time of the line bare, before its rank prefix
-         m0 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, s3,
-                       CASE WHEN outer_ts IS NOT NULL THEN s3 END AS w3 FROM o4),
-         m1 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, s3, lt_iso_re(w3) AS g_miso, lt_glog_re(w3) AS g_mglog,
+         m0 AS (SELECT k, ry, r2000, ev, header_time, head, o, s3,
+                       CASE WHEN lt_timed(o) THEN s3 END AS w3 FROM o4),
+         m1 AS (SELECT k, ry, r2000, ev, header_time, head, o, s3, lt_iso_re(w3) AS g_miso, lt_glog_re(w3) AS g_mglog,
                        lt_rfc3164_re(w3) AS g_m3164, lt_ctime_re(w3) AS g_mctime FROM m0),
-         m2 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, s3,
-                       coalesce(lt_iso_of(g_miso), lt_glog_of(g_mglog, ry, r2000), lt_ctime_of(g_mctime),
-                                lt_rfc3164_of(g_m3164, ry, r2000)) AS m FROM m1),
-         m3 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, lt_zoned(m['at'], m['z'], tz) AS mid_ts,
+         m2 AS (SELECT k, ry, r2000, ev, header_time, head, o, s3,
+                       coalesce(lt_iso_of(g_miso), lt_glog_of(g_mglog), lt_ctime_of(g_mctime), lt_rfc3164_of(g_m3164)) AS m
+                FROM m1),
+         m3 AS (SELECT k, ry, r2000, ev, header_time, head, o, m,
                        CASE WHEN m IS NULL THEN s3 ELSE lt_after(s3, m['len']) END AS s3m FROM m2),
          -- up to two rank prefixes: a launcher's label around a process's own (" 0: [rank0]: ...")
-         k0 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, s3m AS s3, lt_rank_re(s3m) AS g_r1 FROM m3),
-         k1 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, s3, lt_rank_of(g_r1) AS r1 FROM k0),
-         k2 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, lt_after(s3, coalesce(r1['len'], 0)) AS s4 FROM k1),
-         k3 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, s4, lt_rank_re(s4) AS g_r2 FROM k2),
-         k4 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, s4, lt_rank_of(g_r2) AS r2 FROM k3),
-         k5 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2,
+         k0 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, s3m AS s3, lt_rank_re(s3m) AS g_r1 FROM m3),
+         k1 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, s3, lt_rank_of(g_r1) AS r1 FROM k0),
+         k2 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, lt_after(s3, coalesce(r1['len'], 0)) AS s4 FROM k1),
+         k3 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, s4, lt_rank_re(s4) AS g_r2 FROM k2),
+         k4 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, s4, lt_rank_of(g_r2) AS r2 FROM k3),
+         k5 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, r2,
                        lt_after(s4, coalesce(r2['len'], 0)) AS s5 FROM k4),
          -- the application's own time, which may follow the rank prefix after a blank: ISO, glog, and
          -- the forms of lines a launcher relays (syslog's, ctime, UCX's epoch seconds)
-         i0 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, CASE WHEN lt_starts(s5, ' ') OR s5 >= chr(128) THEN ltrim(s5) ELSE s5 END AS t5 FROM k5),
-         i1 AS (SELECT k, ry, r2000, ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, t5, lt_iso_re(t5) AS g_iiso,
+         i0 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, r2, s5, CASE WHEN lt_starts(s5, ' ') OR s5 >= chr(128) THEN ltrim(s5) ELSE s5 END AS t5 FROM k5),
+         i1 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, r2, s5, t5, lt_iso_re(t5) AS g_iiso,
                        lt_glog_re(t5) AS g_iglog, lt_rfc3164_re(t5) AS g_i3164, lt_ctime_re(t5) AS g_ictime,
                        lt_uptime_re(t5) AS g_iup FROM i0),
-         i2 AS (SELECT k, ev, header_time, head, outer_ts, mid_ts, r1, r2, s5, t5,
-                       coalesce(lt_iso_of(g_iiso), lt_glog_of(g_iglog, ry, r2000), lt_ctime_of(g_ictime),
-                                lt_rfc3164_of(g_i3164, ry, r2000), lt_uptime_of(g_iup)) AS i FROM i1),
-         i3 AS (SELECT k, ev, header_time, head, outer_ts, mid_ts, r1, r2, lt_zoned(i['at'], i['z'], tz) AS inner_ts,
+         i2 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, r2, s5, t5,
+                       coalesce(lt_iso_of(g_iiso), lt_glog_of(g_iglog), lt_ctime_of(g_ictime), lt_rfc3164_of(g_i3164),
+                                lt_uptime_of(g_iup)) AS i FROM i1),
+         i3 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, r2, i,
                        CASE WHEN i IS NULL THEN s5 ELSE lt_after(t5, i['len']) END AS rest FROM i2),
          -- times written in the text rather than in front of it, in RFC 3339: RFC 5424's header (which
          -- wins, it is the record's), else, when nothing else dated the line, a time its message states
          -- (and the envelope's time, read here: one RFC 3339 reading for all three)
-         t0 AS (SELECT k, ev, header_time, head, outer_ts, mid_ts, r1, r2, inner_ts, rest, lt_iso_re(
+         t0 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, r2, i, rest, lt_iso_re(
                     CASE WHEN ev IS NOT NULL THEN ev
                          WHEN header_time IS NOT NULL AND header_time <> '-' THEN header_time
-                         WHEN header_time IS NULL AND coalesce(outer_ts, inner_ts) IS NULL THEN lt_cancelled_at_re(rest)
+                         WHEN header_time IS NULL AND NOT lt_timed(o) AND NOT lt_timed(i) THEN lt_cancelled_at_re(rest)
                          ELSE '' END) AS g_w FROM i3),
-         t1 AS (SELECT k, ev, header_time, head, outer_ts, mid_ts, r1, r2, inner_ts, rest, lt_iso_of(g_w) AS w FROM t0),
-         t2 AS (SELECT k, ev, header_time, head, outer_ts, mid_ts, r1, r2, inner_ts, rest,
-                       lt_zoned(w['at'], w['z'], tz) AS written_ts FROM t1)
-    SELECT k, {'ts': CASE WHEN ev IS NOT NULL THEN written_ts
-                       WHEN header_time IS NOT NULL THEN coalesce(written_ts, outer_ts, mid_ts, inner_ts)
-                       ELSE coalesce(outer_ts, mid_ts, inner_ts, written_ts) END,
+         -- the place that dates the line: the envelope's time alone; RFC 5424's header before the
+         -- prefixes; else the outermost prefix, then the text
+         t1 AS (SELECT k, ry, r2000, head, r1, r2, rest, lt_iso_of(g_w) AS w, ev, header_time, o, m, i FROM t0),
+         t2 AS (SELECT k, ry, r2000, head, r1, r2, rest,
+                       CASE WHEN ev IS NOT NULL THEN w
+                            WHEN header_time IS NOT NULL
+                            THEN CASE WHEN lt_timed(w) THEN w WHEN lt_timed(o) THEN o WHEN lt_timed(m) THEN m ELSE i END
+                            ELSE CASE WHEN lt_timed(o) THEN o WHEN lt_timed(m) THEN m WHEN lt_timed(i) THEN i ELSE w END
+                       END AS p FROM t1),
+         -- its fields, then its time (lt_pick_time)
+         c1 AS (SELECT k, ry, r2000, head, r1, r2, rest, p, lt_int(p['y']) AS y,
+                       coalesce(lt_int(p['mo']), lt_month(p['mon'])) AS mo, lt_int(p['d']) AS d, lt_int(p['h']) AS h,
+                       lt_int(p['mi']) AS mi, lt_secs(p['s'], p['f']) AS sec FROM t2),
+         c2 AS (SELECT k, ry, r2000, head, r1, r2, rest, p, y, mo, d, h, mi, sec,
+                       CASE WHEN p['form'] = 'yearless' THEN lt_make(2000, mo, d, h, mi, sec) END AS at2000 FROM c1),
+         c3 AS (SELECT k, head, r1, r2, rest, p['z'] AS z,
+                       CASE p['form'] WHEN 'date' THEN lt_make(y, mo, d, h, mi, sec)
+                                      WHEN 'yearless' THEN lt_make(ry + lt_year_shift(at2000, r2000), mo, d, h, mi, sec)
+                                      WHEN 'epoch' THEN try(make_timestamp(TRY_CAST(p['s'] AS BIGINT) * 1000000
+                                                                           + TRY_CAST(rpad(left(p['f'], 6), 6, '0') AS BIGINT)))
+                       END AS wall FROM c2)
+    SELECT k, {'ts': lt_zoned(wall, z, tz),
             -- PyTorch's [rankN] is the global rank whatever launched it; otherwise the outermost label
             'rank': CASE WHEN r2['global'] THEN r2['rank'] ELSE coalesce(r1['rank'], r2['rank']) END,
             'body': CASE WHEN coalesce(head, '') = '' THEN rest WHEN rest = '' THEN head ELSE head || ' ' || rest END}
            AS p
-    FROM t2;
+    FROM c3;
 
 -- One line's {ts, rank, body}: parse_log_lines over that line alone (a correlated subquery: over
 -- many lines, a statement calls parse_log_lines over all of them instead, parse_lines.sql).
