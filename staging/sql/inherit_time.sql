@@ -18,11 +18,14 @@ FROM (
     WITH need AS (
         SELECT path, lineno, rank FROM log_lines
         WHERE time_quality = 'none' AND path IN (SELECT DISTINCT path FROM line_window)
+    ), window_lines AS (
+        SELECT {'path': path, 'lineno': lineno} AS k, line FROM line_window
     ), stamped AS (
-        -- each window line parsed once, however many windows hold it
-        SELECT path, lineno, q['ts'] AS ts, q['rank'] AS rank
-        FROM (SELECT path, lineno, parse_log_line(line, $tz, $ref) AS q FROM line_window)
-        WHERE q['ts'] >= TIMESTAMP '1970-01-02' AND q['ts'] < TIMESTAMP '2200-01-01'  -- a far stamp is none
+        -- each window line parsed once, however many windows hold it: the table macro over all of
+        -- them (parse_log_line per line is a correlated subquery, parse_lines.sql)
+        SELECT k['path'] AS path, k['lineno'] AS lineno, p['ts'] AS ts, p['rank'] AS rank
+        FROM parse_log_lines(window_lines, $tz, $ref)
+        WHERE p['ts'] >= TIMESTAMP '1970-01-02' AND p['ts'] < TIMESTAMP '2200-01-01'  -- a far stamp is none
     ), marks AS (
         -- the stamps and the lines looking for them, in file order
         SELECT path, lineno, rank, ts, false AS needy FROM stamped

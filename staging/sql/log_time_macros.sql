@@ -125,12 +125,12 @@ CREATE OR REPLACE MACRO lt_year_shift(at2000, ref2000) AS
          ELSE 0 END;
 
 -- What a form's groups say, as written: `form` is how they make a time ('date': year and all;
--- 'yearless'; 'epoch': seconds since 1970, UTC; NULL: none, a dmesg uptime), `mo` a month's number,
--- `mon` its name, `s` and `f` the seconds and their fraction's digits, `z` the zone. A form that
+-- 'yearless'; 'epoch': seconds since 1970, UTC; NULL: none, a dmesg uptime), `mo` a month's number
+-- or its name, `s` and `f` the seconds and their fraction's digits, `z` the zone. A form that
 -- matched makes a time exactly when `form` is set (lt_make gives '-infinity', never NULL), so
 -- which place dates a line is known before any time is made.
-CREATE OR REPLACE MACRO lt_pick(len, form, y, mo, mon, d, h, mi, s, f, z) AS
-    {'len': len, 'form': form, 'y': y, 'mo': mo, 'mon': mon, 'd': d, 'h': h, 'mi': mi, 's': s, 'f': f, 'z': z};
+CREATE OR REPLACE MACRO lt_pick(len, form, y, mo, d, h, mi, s, f, z) AS
+    {'len': len, 'form': form, 'y': y, 'mo': mo, 'd': d, 'h': h, 'mi': mi, 's': s, 'f': f, 'z': z};
 CREATE OR REPLACE MACRO lt_timed(p) AS p['form'] IS NOT NULL;
 
 -- ---- Outer timestamp forms -----------------------------------------------------------------------
@@ -143,7 +143,7 @@ CREATE OR REPLACE MACRO lt_iso_re(s) AS CASE WHEN lt_at_is(s, 5, '-') OR lt_at_i
     ['all','y','mo','d','h','mi','s','f','z']) END;
 CREATE OR REPLACE MACRO lt_iso_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' THEN NULL
-         ELSE lt_pick(length(g['all']), 'date', g['y'], g['mo'], NULL, g['d'], g['h'], g['mi'], g['s'], g['f'], g['z']) END;
+         ELSE lt_pick(length(g['all']), 'date', g['y'], g['mo'], g['d'], g['h'], g['mi'], g['s'], g['f'], g['z']) END;
 
 -- journalctl -o short-full: "Fri 2026-11-20 10:05:01 UTC host ..." (the zone as an abbreviation)
 CREATE OR REPLACE MACRO lt_short_full_re(s) AS CASE WHEN lt_at_is(s, 4, ' ') THEN regexp_extract(s,
@@ -158,7 +158,7 @@ CREATE OR REPLACE MACRO lt_ctime_re(s) AS CASE WHEN lt_at_is(s, 4, ' ') OR lt_at
     ['all','mon','d','h','mi','s','f','y']) END;
 CREATE OR REPLACE MACRO lt_ctime_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' OR lt_month(g['mon']) = 0 THEN NULL
-         ELSE lt_pick(length(g['all']), 'date', g['y'], NULL, g['mon'], g['d'], g['h'], g['mi'], g['s'], g['f'], '') END;
+         ELSE lt_pick(length(g['all']), 'date', g['y'], g['mon'], g['d'], g['h'], g['mi'], g['s'], g['f'], '') END;
 
 -- Raw dmesg "[ 1234.567890] " (journalctl short-monotonic too): seconds since boot, no wall clock,
 -- so no time of its own; the prefix is stripped so the body starts at the kernel's message, and it
@@ -169,7 +169,7 @@ CREATE OR REPLACE MACRO lt_uptime_re(s) AS CASE WHEN lt_starts(s, '[') THEN rege
 CREATE OR REPLACE MACRO lt_uptime_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' THEN NULL
          ELSE lt_pick(length(g['all']), CASE WHEN length(g['s']) >= 10 THEN 'epoch' END,
-                      NULL, NULL, NULL, NULL, NULL, NULL, g['s'], g['f'], 'UTC') END;
+                      NULL, NULL, NULL, NULL, NULL, g['s'], g['f'], 'UTC') END;
 
 -- NVIDIA Fabric Manager "[Nov 20 2026 10:05:01] "
 CREATE OR REPLACE MACRO lt_fabricmanager_re(s) AS CASE WHEN lt_starts(s, '[') THEN regexp_extract(s,
@@ -177,7 +177,7 @@ CREATE OR REPLACE MACRO lt_fabricmanager_re(s) AS CASE WHEN lt_starts(s, '[') TH
     ['all','mon','d','y','h','mi','s']) END;
 CREATE OR REPLACE MACRO lt_fabricmanager_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' OR lt_month(g['mon']) = 0 THEN NULL
-         ELSE lt_pick(length(g['all']), 'date', g['y'], NULL, g['mon'], g['d'], g['h'], g['mi'], g['s'], NULL, '') END;
+         ELSE lt_pick(length(g['all']), 'date', g['y'], g['mon'], g['d'], g['h'], g['mi'], g['s'], NULL, '') END;
 
 -- RFC 3164 and journalctl short / short-precise: "Nov 20 10:05:01[.123456] " (no year)
 CREATE OR REPLACE MACRO lt_rfc3164_re(s) AS CASE WHEN lt_at_is(s, 4, ' ') THEN regexp_extract(s,
@@ -185,7 +185,7 @@ CREATE OR REPLACE MACRO lt_rfc3164_re(s) AS CASE WHEN lt_at_is(s, 4, ' ') THEN r
     ['all','mon','d','h','mi','s','f']) END;
 CREATE OR REPLACE MACRO lt_rfc3164_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' OR lt_month(g['mon']) = 0 THEN NULL
-         ELSE lt_pick(length(g['all']), 'yearless', NULL, NULL, g['mon'], g['d'], g['h'], g['mi'], g['s'], g['f'], '') END;
+         ELSE lt_pick(length(g['all']), 'yearless', NULL, g['mon'], g['d'], g['h'], g['mi'], g['s'], g['f'], '') END;
 
 -- glog and PyTorch c10: "[E1120 10:05:01.123456789 file.cpp:607]", "E1120 10:05:01.123 12345 file.py:874]",
 -- "[W626 06:24:44.123]". Severity I/W/E/F, then month and day: glog pads the month ("E0626"),
@@ -196,14 +196,14 @@ CREATE OR REPLACE MACRO lt_glog_re(s) AS CASE WHEN lt_starts(s, '[IWEF') THEN re
     ['all','mo','d','h','mi','s','f']) END;
 CREATE OR REPLACE MACRO lt_glog_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' THEN NULL
-         ELSE lt_pick(0, 'yearless', NULL, g['mo'], NULL, g['d'], g['h'], g['mi'], g['s'], g['f'], '') END;
+         ELSE lt_pick(0, 'yearless', NULL, g['mo'], g['d'], g['h'], g['mi'], g['s'], g['f'], '') END;
 
 -- mmengine / MMCV's logger: "12/20 10:05:01 - mmengine - INFO - " (month/day, no year)
 CREATE OR REPLACE MACRO lt_mmdd_re(s) AS CASE WHEN lt_at_is(s, 3, '/') THEN regexp_extract(s,
     '^((\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})\s+)', ['all','mo','d','h','mi','s']) END;
 CREATE OR REPLACE MACRO lt_mmdd_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' THEN NULL
-         ELSE lt_pick(length(g['all']), 'yearless', NULL, g['mo'], NULL, g['d'], g['h'], g['mi'], g['s'], NULL, '') END;
+         ELSE lt_pick(length(g['all']), 'yearless', NULL, g['mo'], g['d'], g['h'], g['mi'], g['s'], NULL, '') END;
 
 -- ---- Syslog headers ------------------------------------------------------------------------------
 
@@ -261,99 +261,98 @@ CREATE OR REPLACE MACRO lt_cancelled_at_re(body) AS
 
 -- ---- The whole grammar: {ts, rank, body} -------------------------------------------------------
 CREATE OR REPLACE MACRO parse_log_lines(src, tz, ref) AS TABLE
-    WITH e0 AS (SELECT k, coalesce(line, '') AS raw, year(ref) AS ry, lt_in_2000(ref) AS r2000 FROM query_table(src)),
+    WITH e0 AS (SELECT k, coalesce(line, '') AS raw FROM query_table(src)),
          -- Docker's json-file envelope: the line is its `log` (decoded), its `time` the line's
-         e1 AS (SELECT k, ry, r2000, raw,
-                       CASE WHEN raw LIKE '{"log":%' AND json_valid(raw) THEN raw END AS env FROM e0),
-         p0 AS (SELECT k, ry, r2000,
+         e1 AS (SELECT k, raw, CASE WHEN raw LIKE '{"log":%' AND json_valid(raw) THEN raw END AS env FROM e0),
+         p0 AS (SELECT k,
                        CASE WHEN env IS NULL THEN raw
                             ELSE rtrim(coalesce(json_extract_string(env, '$.log'), ''), chr(10) || chr(13)) END AS s0,
                        json_extract_string(env, '$.time') AS ev FROM e1),
          -- pdsh host
-         p1 AS (SELECT k, ry, r2000, ev, s0, lt_pdsh_re(s0) AS g_pdsh FROM p0),
-         p2 AS (SELECT k, ry, r2000, ev, lt_after(s0, lt_pdsh_len(g_pdsh)) AS s1 FROM p1),
+         p1 AS (SELECT k, ev, s0, lt_pdsh_re(s0) AS g_pdsh FROM p0),
+         p2 AS (SELECT k, ev, lt_after(s0, lt_pdsh_len(g_pdsh)) AS s1 FROM p1),
          -- syslog header: RFC 5424's (its time, read below; the body keeps host and program), or a class
-         h1 AS (SELECT k, ry, r2000, ev, s1, lt_rfc5424_re(s1) AS g5, lt_class_re(s1) AS cls FROM p2),
-         h2 AS (SELECT k, ry, r2000, ev, CASE WHEN g5['all'] <> '' THEN g5['ts'] END AS header_time,
+         h1 AS (SELECT k, ev, s1, lt_rfc5424_re(s1) AS g5, lt_class_re(s1) AS cls FROM p2),
+         h2 AS (SELECT k, ev, CASE WHEN g5['all'] <> '' THEN g5['ts'] END AS header_time,
                        CASE WHEN g5['all'] <> '' THEN lt_rfc5424_head(g5) END AS head,
                        lt_after(s1, CASE WHEN g5['all'] <> '' THEN length(g5['all']) ELSE length(cls) END) AS s2
                 FROM h1),
          -- outer timestamp: each form's groups, then the first form that matched
-         o1 AS (SELECT k, ry, r2000, ev, header_time, head, s2, lt_iso_re(s2) AS g_iso, lt_short_full_re(s2) AS g_full,
+         o1 AS (SELECT k, ev, header_time, head, s2, lt_iso_re(s2) AS g_iso, lt_short_full_re(s2) AS g_full,
                        lt_ctime_re(s2) AS g_ctime, lt_uptime_re(s2) AS g_up, lt_fabricmanager_re(s2) AS g_fm,
                        lt_rfc3164_re(s2) AS g_3164, lt_glog_re(s2) AS g_glog, lt_mmdd_re(s2) AS g_mmdd FROM h2),
-         o2 AS (SELECT k, ry, r2000, ev, header_time, head, s2,
+         o2 AS (SELECT k, ev, header_time, head, s2,
                        coalesce(lt_iso_of(g_iso), lt_short_full_of(g_full), lt_ctime_of(g_ctime), lt_uptime_of(g_up),
                                 lt_fabricmanager_of(g_fm), lt_rfc3164_of(g_3164), lt_glog_of(g_glog), lt_mmdd_of(g_mmdd)) AS o
                 FROM o1),
-         o3 AS (SELECT k, ry, r2000, ev, header_time, head, o, lt_after(s2, coalesce(o['len'], 0)) AS s2b FROM o2),
+         o3 AS (SELECT k, ev, header_time, head, o, lt_after(s2, coalesce(o['len'], 0)) AS s2b FROM o2),
          -- the container runtime's stream and tag (CRI log format): "stdout F ", "stderr P "
-         o4 AS (SELECT k, ry, r2000, ev, header_time, head, o,
+         o4 AS (SELECT k, ev, header_time, head, o,
                        CASE WHEN lt_starts(s2b, 's') AND regexp_matches(s2b, '^std(?:out|err) [FP](?: |$)')
                             THEN substr(s2b, 10) ELSE s2b END AS s3 FROM o3),
          -- the line's own time inside a runtime's or a collector's (a CRI record, kubectl logs
          -- --timestamps): what would be the outer time of the line bare, before its rank prefix
-         m0 AS (SELECT k, ry, r2000, ev, header_time, head, o, s3,
-                       CASE WHEN lt_timed(o) THEN s3 END AS w3 FROM o4),
-         m1 AS (SELECT k, ry, r2000, ev, header_time, head, o, s3, lt_iso_re(w3) AS g_miso, lt_glog_re(w3) AS g_mglog,
+         m0 AS (SELECT k, ev, header_time, head, o, s3, CASE WHEN lt_timed(o) THEN s3 END AS w3 FROM o4),
+         m1 AS (SELECT k, ev, header_time, head, o, s3, lt_iso_re(w3) AS g_miso, lt_glog_re(w3) AS g_mglog,
                        lt_rfc3164_re(w3) AS g_m3164, lt_ctime_re(w3) AS g_mctime FROM m0),
-         m2 AS (SELECT k, ry, r2000, ev, header_time, head, o, s3,
+         m2 AS (SELECT k, ev, header_time, head, o, s3,
                        coalesce(lt_iso_of(g_miso), lt_glog_of(g_mglog), lt_ctime_of(g_mctime), lt_rfc3164_of(g_m3164)) AS m
                 FROM m1),
-         m3 AS (SELECT k, ry, r2000, ev, header_time, head, o, m,
+         -- from here on only the prefix that dates the line is kept: the outer time, else the own
+         -- (there is an own time only behind an outer one)
+         m3 AS (SELECT k, ev, header_time, head, CASE WHEN lt_timed(o) THEN o WHEN lt_timed(m) THEN m END AS om,
                        CASE WHEN m IS NULL THEN s3 ELSE lt_after(s3, m['len']) END AS s3m FROM m2),
          -- up to two rank prefixes: a launcher's label around a process's own (" 0: [rank0]: ...")
-         k0 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, s3m AS s3, lt_rank_re(s3m) AS g_r1 FROM m3),
-         k1 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, s3, lt_rank_of(g_r1) AS r1 FROM k0),
-         k2 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, lt_after(s3, coalesce(r1['len'], 0)) AS s4 FROM k1),
-         k3 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, s4, lt_rank_re(s4) AS g_r2 FROM k2),
-         k4 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, s4, lt_rank_of(g_r2) AS r2 FROM k3),
-         k5 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, r2,
+         k0 AS (SELECT k, ev, header_time, head, om, s3m AS s3, lt_rank_re(s3m) AS g_r1 FROM m3),
+         k1 AS (SELECT k, ev, header_time, head, om, s3, lt_rank_of(g_r1) AS r1 FROM k0),
+         k2 AS (SELECT k, ev, header_time, head, om, r1, lt_after(s3, coalesce(r1['len'], 0)) AS s4 FROM k1),
+         k3 AS (SELECT k, ev, header_time, head, om, r1, s4, lt_rank_re(s4) AS g_r2 FROM k2),
+         k4 AS (SELECT k, ev, header_time, head, om, r1, s4, lt_rank_of(g_r2) AS r2 FROM k3),
+         -- PyTorch's [rankN] is the global rank whatever launched it; otherwise the outermost label
+         k5 AS (SELECT k, ev, header_time, head, om,
+                       CASE WHEN r2['global'] THEN r2['rank'] ELSE coalesce(r1['rank'], r2['rank']) END AS rank,
                        lt_after(s4, coalesce(r2['len'], 0)) AS s5 FROM k4),
          -- the application's own time, which may follow the rank prefix after a blank: ISO, glog, and
          -- the forms of lines a launcher relays (syslog's, ctime, UCX's epoch seconds)
-         i0 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, r2, s5, CASE WHEN lt_starts(s5, ' ') OR s5 >= chr(128) THEN ltrim(s5) ELSE s5 END AS t5 FROM k5),
-         i1 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, r2, s5, t5, lt_iso_re(t5) AS g_iiso,
+         i0 AS (SELECT k, ev, header_time, head, om, rank, s5,
+                       CASE WHEN lt_starts(s5, ' ') OR s5 >= chr(128) THEN ltrim(s5) ELSE s5 END AS t5 FROM k5),
+         i1 AS (SELECT k, ev, header_time, head, om, rank, s5, t5, lt_iso_re(t5) AS g_iiso,
                        lt_glog_re(t5) AS g_iglog, lt_rfc3164_re(t5) AS g_i3164, lt_ctime_re(t5) AS g_ictime,
                        lt_uptime_re(t5) AS g_iup FROM i0),
-         i2 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, r2, s5, t5,
+         i2 AS (SELECT k, ev, header_time, head, om, rank, s5, t5,
                        coalesce(lt_iso_of(g_iiso), lt_glog_of(g_iglog), lt_ctime_of(g_ictime), lt_rfc3164_of(g_i3164),
                                 lt_uptime_of(g_iup)) AS i FROM i1),
-         i3 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, r2, i,
+         i3 AS (SELECT k, ev, header_time, head, rank, CASE WHEN lt_timed(om) THEN om WHEN lt_timed(i) THEN i END AS omi,
                        CASE WHEN i IS NULL THEN s5 ELSE lt_after(t5, i['len']) END AS rest FROM i2),
          -- times written in the text rather than in front of it, in RFC 3339: RFC 5424's header (which
          -- wins, it is the record's), else, when nothing else dated the line, a time its message states
          -- (and the envelope's time, read here: one RFC 3339 reading for all three)
-         t0 AS (SELECT k, ry, r2000, ev, header_time, head, o, m, r1, r2, i, rest, lt_iso_re(
+         t0 AS (SELECT k, ev, header_time, head, rank, omi, rest, lt_iso_re(
                     CASE WHEN ev IS NOT NULL THEN ev
                          WHEN header_time IS NOT NULL AND header_time <> '-' THEN header_time
-                         WHEN header_time IS NULL AND NOT lt_timed(o) AND NOT lt_timed(i) THEN lt_cancelled_at_re(rest)
+                         WHEN header_time IS NULL AND NOT lt_timed(omi) THEN lt_cancelled_at_re(rest)
                          ELSE '' END) AS g_w FROM i3),
          -- the place that dates the line: the envelope's time alone; RFC 5424's header before the
-         -- prefixes; else the outermost prefix, then the text
-         t1 AS (SELECT k, ry, r2000, head, r1, r2, rest, lt_iso_of(g_w) AS w, ev, header_time, o, m, i FROM t0),
-         t2 AS (SELECT k, ry, r2000, head, r1, r2, rest,
+         -- prefixes; else the prefixes before the text
+         t1 AS (SELECT k, ev, header_time, head, rank, omi, rest, lt_iso_of(g_w) AS w FROM t0),
+         t2 AS (SELECT k, head, rank, rest,
                        CASE WHEN ev IS NOT NULL THEN w
-                            WHEN header_time IS NOT NULL
-                            THEN CASE WHEN lt_timed(w) THEN w WHEN lt_timed(o) THEN o WHEN lt_timed(m) THEN m ELSE i END
-                            ELSE CASE WHEN lt_timed(o) THEN o WHEN lt_timed(m) THEN m WHEN lt_timed(i) THEN i ELSE w END
-                       END AS p FROM t1),
-         -- its fields, then its time (lt_pick_time)
-         c1 AS (SELECT k, ry, r2000, head, r1, r2, rest, p, lt_int(p['y']) AS y,
-                       coalesce(lt_int(p['mo']), lt_month(p['mon'])) AS mo, lt_int(p['d']) AS d, lt_int(p['h']) AS h,
-                       lt_int(p['mi']) AS mi, lt_secs(p['s'], p['f']) AS sec FROM t2),
-         c2 AS (SELECT k, ry, r2000, head, r1, r2, rest, p, y, mo, d, h, mi, sec,
+                            WHEN header_time IS NOT NULL THEN CASE WHEN lt_timed(w) THEN w ELSE omi END
+                            ELSE CASE WHEN lt_timed(omi) THEN omi ELSE w END END AS p FROM t1),
+         -- its fields, then its time
+         c1 AS (SELECT k, head, rank, rest, p, lt_int(p['y']) AS y, coalesce(lt_int(p['mo']), lt_month(p['mo'])) AS mo,
+                       lt_int(p['d']) AS d, lt_int(p['h']) AS h, lt_int(p['mi']) AS mi, lt_secs(p['s'], p['f']) AS sec,
+                       year(ref) AS ry, lt_in_2000(ref) AS r2000 FROM t2),
+         c2 AS (SELECT k, head, rank, rest, p, y, mo, d, h, mi, sec, ry, r2000,
                        CASE WHEN p['form'] = 'yearless' THEN lt_make(2000, mo, d, h, mi, sec) END AS at2000 FROM c1),
-         c3 AS (SELECT k, head, r1, r2, rest, p['z'] AS z,
+         c3 AS (SELECT k, head, rank, rest, p['z'] AS z,
                        CASE p['form'] WHEN 'date' THEN lt_make(y, mo, d, h, mi, sec)
                                       WHEN 'yearless' THEN lt_make(ry + lt_year_shift(at2000, r2000), mo, d, h, mi, sec)
                                       WHEN 'epoch' THEN try(make_timestamp(TRY_CAST(p['s'] AS BIGINT) * 1000000
                                                                            + TRY_CAST(rpad(left(p['f'], 6), 6, '0') AS BIGINT)))
                        END AS wall FROM c2)
-    SELECT k, {'ts': lt_zoned(wall, z, tz),
-            -- PyTorch's [rankN] is the global rank whatever launched it; otherwise the outermost label
-            'rank': CASE WHEN r2['global'] THEN r2['rank'] ELSE coalesce(r1['rank'], r2['rank']) END,
-            'body': CASE WHEN coalesce(head, '') = '' THEN rest WHEN rest = '' THEN head ELSE head || ' ' || rest END}
+    SELECT k, {'ts': lt_zoned(wall, z, tz), 'rank': rank,
+               'body': CASE WHEN coalesce(head, '') = '' THEN rest WHEN rest = '' THEN head ELSE head || ' ' || rest END}
            AS p
     FROM c3;
 
