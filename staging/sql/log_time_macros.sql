@@ -44,7 +44,7 @@
 -- become a time, once (lt_pick_time). A macro's argument is copied wherever its body reads it, and
 -- DuckDB binds (and plans) every copy anew in each statement: with a time made at each place and
 -- of each form, the grammar was ~2,500 expressions to bind, ~30 ms of a tiny attempt's statement. The guards build no string: a first
--- character is tested with one GLOB class (lt_starts), a later one with a LIKE pattern (lt_at_is),
+-- character is tested with one GLOB class, a later one with a LIKE pattern,
 -- never with substr(s, i, 1) (a string per test, ~35 tests a line: with starts_with, ~25% of the
 -- grammar's CPU); and a stage that cut nothing passes its string on as it is (lt_after), not as a
 -- substr copy of it.
@@ -58,14 +58,14 @@
 -- tests/unit/test_grammar_same.py holds both to the grammar as it was before (one correlated
 -- macro), line by line.
 
--- Whether the i-th character of s is c (false past its end): a LIKE pattern ('____-%'), not
--- substr(s, i, 1) = c, which builds a string for every line; the optimizer folds the pattern, and
--- one that starts with c becomes a prefix test. '_' in LIKE is one character, as substr counts.
-CREATE OR REPLACE MACRO lt_at_is(s, i, c) AS s LIKE repeat('_', i - 1) || c || '%';
--- Whether s starts with one of the ASCII characters of a GLOB class (ranges as 0-9; '' never):
--- cheaper than starts_with, or substr(s, 1, 1) IN (...). GLOB reads bytes, and a character
--- outside ASCII starts with none of theirs.
-CREATE OR REPLACE MACRO lt_starts(s, class) AS s GLOB '[' || class || ']*';
+-- The guards, written out where they test (no macro builds their patterns: DuckDB would fold the
+-- pieces anew at every bind, ~60 us a guard with the optimizer off):
+--   whether the i-th character of s is c (false past its end): a LIKE pattern, s LIKE '____-%' for
+--     the 5th, not substr(s, i, 1) = c, which builds a string for every line. '_' in LIKE is one
+--     character, as substr counts.
+--   whether s starts with one of the ASCII characters of a GLOB class, s GLOB '[IWEF]*': cheaper
+--     than starts_with, or substr(s, 1, 1) IN (...). GLOB reads bytes, and a character outside
+--     ASCII starts with none of theirs.
 
 -- s after its first n characters: s itself when n = 0 (substr would copy it).
 CREATE OR REPLACE MACRO lt_after(s, n) AS CASE WHEN n = 0 THEN s ELSE substr(s, n + 1) END;
@@ -138,7 +138,7 @@ CREATE OR REPLACE MACRO lt_timed(p) AS p['form'] IS NOT NULL;
 -- RFC 3339 / ISO 8601, bracketed or not (NCCL, slurmctld), with a '.' or ',' fraction (Python
 -- logging, dmesg --time-format=iso), an optional zone, and the ':' TensorFlow's and absl's C++
 -- logging put after it ("2026-11-20 10:00:01.123456: E file.cc:42] ").
-CREATE OR REPLACE MACRO lt_iso_re(s) AS CASE WHEN lt_at_is(s, 5, '-') OR lt_at_is(s, 6, '-') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_iso_re(s) AS CASE WHEN s LIKE '____-%' OR s LIKE '_____-%' THEN regexp_extract(s,
     '^(\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|[+-]\d{2}:?\d{2})?\]?:?(?:\s+|$))',
     ['all','y','mo','d','h','mi','s','f','z']) END;
 CREATE OR REPLACE MACRO lt_iso_of(g) AS
@@ -146,14 +146,14 @@ CREATE OR REPLACE MACRO lt_iso_of(g) AS
          ELSE lt_pick(length(g['all']), 'date', g['y'], g['mo'], g['d'], g['h'], g['mi'], g['s'], g['f'], g['z']) END;
 
 -- journalctl -o short-full: "Fri 2026-11-20 10:05:01 UTC host ..." (the zone as an abbreviation)
-CREATE OR REPLACE MACRO lt_short_full_re(s) AS CASE WHEN lt_at_is(s, 4, ' ') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_short_full_re(s) AS CASE WHEN s LIKE '___ %' THEN regexp_extract(s,
     '^((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))? ([A-Za-z]{1,6}|[+-]\d{2}(?::?\d{2})?)(?:\s+|$))',
     ['all','y','mo','d','h','mi','s','f','z']) END;
 CREATE OR REPLACE MACRO lt_short_full_of(g) AS lt_iso_of(g);
 
 -- dmesg -T "[Fri Nov 20 10:05:01 2026]" (a one-digit day padded with a blank), and the same ctime
 -- form unbracketed, as GPFS and other C daemons print it ("Mon Jun 25 16:11:16.123 2018: ").
-CREATE OR REPLACE MACRO lt_ctime_re(s) AS CASE WHEN lt_at_is(s, 4, ' ') OR lt_at_is(s, 5, ' ') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_ctime_re(s) AS CASE WHEN s LIKE '___ %' OR s LIKE '____ %' THEN regexp_extract(s,
     '^(\[?(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))? (\d{4})\]?:?(?:\s+|$))',
     ['all','mon','d','h','mi','s','f','y']) END;
 CREATE OR REPLACE MACRO lt_ctime_of(g) AS
@@ -164,7 +164,7 @@ CREATE OR REPLACE MACRO lt_ctime_of(g) AS
 -- so no time of its own; the prefix is stripped so the body starts at the kernel's message, and it
 -- is never a rank. A count of 10 digits or more cannot be an uptime (31 years): it is epoch
 -- seconds, as UCX prints them ("[1638351161.447102] [host:pid:thread] ...").
-CREATE OR REPLACE MACRO lt_uptime_re(s) AS CASE WHEN lt_starts(s, '[') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_uptime_re(s) AS CASE WHEN s GLOB '[[]*' THEN regexp_extract(s,
     '^(\[ *(\d{1,12})\.(\d{1,9})\](?:\s+|$))', ['all','s','f']) END;
 CREATE OR REPLACE MACRO lt_uptime_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' THEN NULL
@@ -172,7 +172,7 @@ CREATE OR REPLACE MACRO lt_uptime_of(g) AS
                       NULL, NULL, NULL, NULL, NULL, g['s'], g['f'], 'UTC') END;
 
 -- NVIDIA Fabric Manager "[Nov 20 2026 10:05:01] "
-CREATE OR REPLACE MACRO lt_fabricmanager_re(s) AS CASE WHEN lt_starts(s, '[') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_fabricmanager_re(s) AS CASE WHEN s GLOB '[[]*' THEN regexp_extract(s,
     '^(\[([A-Z][a-z]{2}) +(\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\]\s*)',
     ['all','mon','d','y','h','mi','s']) END;
 CREATE OR REPLACE MACRO lt_fabricmanager_of(g) AS
@@ -180,7 +180,7 @@ CREATE OR REPLACE MACRO lt_fabricmanager_of(g) AS
          ELSE lt_pick(length(g['all']), 'date', g['y'], g['mon'], g['d'], g['h'], g['mi'], g['s'], NULL, '') END;
 
 -- RFC 3164 and journalctl short / short-precise: "Nov 20 10:05:01[.123456] " (no year)
-CREATE OR REPLACE MACRO lt_rfc3164_re(s) AS CASE WHEN lt_at_is(s, 4, ' ') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_rfc3164_re(s) AS CASE WHEN s LIKE '___ %' THEN regexp_extract(s,
     '^(([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s+)',
     ['all','mon','d','h','mi','s','f']) END;
 CREATE OR REPLACE MACRO lt_rfc3164_of(g) AS
@@ -191,7 +191,7 @@ CREATE OR REPLACE MACRO lt_rfc3164_of(g) AS
 -- "[W626 06:24:44.123]". Severity I/W/E/F, then month and day: glog pads the month ("E0626"),
 -- c10 does not ("E626"); the day always has two digits, so three digits are MDD and four MMDD.
 -- No year. The header stays in the body (len 0): its file:line is useful text.
-CREATE OR REPLACE MACRO lt_glog_re(s) AS CASE WHEN lt_starts(s, '[IWEF') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_glog_re(s) AS CASE WHEN s GLOB '[[IWEF]*' THEN regexp_extract(s,
     '^(\[?[IWEF](\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?[\s\]])',
     ['all','mo','d','h','mi','s','f']) END;
 CREATE OR REPLACE MACRO lt_glog_of(g) AS
@@ -199,7 +199,7 @@ CREATE OR REPLACE MACRO lt_glog_of(g) AS
          ELSE lt_pick(0, 'yearless', NULL, g['mo'], g['d'], g['h'], g['mi'], g['s'], g['f'], '') END;
 
 -- mmengine / MMCV's logger: "12/20 10:05:01 - mmengine - INFO - " (month/day, no year)
-CREATE OR REPLACE MACRO lt_mmdd_re(s) AS CASE WHEN lt_at_is(s, 3, '/') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_mmdd_re(s) AS CASE WHEN s LIKE '__/%' THEN regexp_extract(s,
     '^((\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})\s+)', ['all','mo','d','h','mi','s']) END;
 CREATE OR REPLACE MACRO lt_mmdd_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' THEN NULL
@@ -212,7 +212,7 @@ CREATE OR REPLACE MACRO lt_mmdd_of(g) AS
 -- escape '"', '\' and ']' with a backslash; MSG may open with a BOM. The body keeps the RFC 3164
 -- shape of the header ("host app[procid]: msg"), so rules read a syslog message the same whichever
 -- RFC carried it; MSGID and structured data stay in the raw text.
-CREATE OR REPLACE MACRO lt_rfc5424_re(s) AS CASE WHEN lt_starts(s, '<') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_rfc5424_re(s) AS CASE WHEN s GLOB '[<]*' THEN regexp_extract(s,
     '^(<\d{1,3}>1 (\S+) (\S+) (\S+) (\S+) \S+ (?:-|(?:\[[^\] "=]+(?: [^\] "=]+="(?:[^"\\]|\\.)*")*\])+)(?: \x{FEFF}?|$))',
     ['all','ts','host','app','pid']) END;
 CREATE OR REPLACE MACRO lt_rfc5424_head(g) AS
@@ -222,7 +222,7 @@ CREATE OR REPLACE MACRO lt_rfc5424_head(g) AS
 
 -- What only classifies the line, before its timestamp: an RFC 3164 priority "<30>", dmesg -x
 -- "facility:level : " columns (each padded to its longest name).
-CREATE OR REPLACE MACRO lt_class_re(s) AS CASE WHEN lt_starts(s, '<a-z') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_class_re(s) AS CASE WHEN s GLOB '[<a-z]*' THEN regexp_extract(s,
     '^(<\d{1,3}>|(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7]) *:(?:emerg|alert|crit|err|warn|notice|info|debug) *: )') ELSE '' END;
 
 -- ---- pdsh / clush: "host: " --------------------------------------------------------------------
@@ -233,7 +233,7 @@ CREATE OR REPLACE MACRO lt_class_re(s) AS CASE WHEN lt_starts(s, '<a-z') THEN re
 -- excluded by their exact shapes (so srv01:, tapir3: and md-gpu7: remain hosts). Nothing is
 -- recorded: the file already names its host.
 CREATE OR REPLACE MACRO lt_pdsh_re(s) AS
-    CASE WHEN lt_starts(s, 'a-z') THEN regexp_extract(s, '^([a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*): ', 1) ELSE '' END;
+    CASE WHEN s GLOB '[a-z]*' THEN regexp_extract(s, '^([a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*): ', 1) ELSE '' END;
 CREATE OR REPLACE MACRO lt_pdsh_len(h) AS
     CASE WHEN h <> '' AND regexp_matches(h, '\d')
               AND NOT regexp_full_match(h, '(?:(?:eth|ib|bond|hsn|wlan|virbr|docker|tun|tap|md|loop|nbd|sr|dm-)\d+|(?:ibp|ibs|en[opsx]|wlp)[0-9a-z]+|veth[0-9a-f]+|nvme\d+(?:n\d+(?:p\d+)?)?|(?:sd|vd|xvd|hd)[a-z]{1,2}\d*)')
@@ -244,7 +244,7 @@ CREATE OR REPLACE MACRO lt_pdsh_len(h) AS
 -- host names) / [1,3]<stdout>: (Open MPI --tag-output: job, rank) / "3: ", " 3: " (srun --label) /
 -- Ray's "(pid=2361, ip=10.0.2.15) ", "(RayTrainWorker pid=2361, ip=...) " (a worker's label, no rank).
 -- {len, rank, global: whether it is PyTorch's global rank}
-CREATE OR REPLACE MACRO lt_rank_re(s) AS CASE WHEN lt_starts(s, '[( ' || chr(9) || chr(10) || chr(12) || chr(13) || '0-9') THEN regexp_extract(s,
+CREATE OR REPLACE MACRO lt_rank_re(s) AS CASE WHEN s GLOB E'[[( \t\n\f\r0-9]*' THEN regexp_extract(s,
     '^(\s*(?:\[(rank|default)(\d+)\]:|\[[A-Za-z0-9][A-Za-z0-9._-]*:(\d+)\]:|\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:|(\d{1,6}): |\((?:[A-Za-z_][\w.]* )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\) ))',
     ['all','kw','a','b','c','d']) END;
 CREATE OR REPLACE MACRO lt_rank_of(g) AS
@@ -288,7 +288,7 @@ CREATE OR REPLACE MACRO parse_log_lines(src, tz, ref) AS TABLE
          o3 AS (SELECT k, ev, header_time, head, o, lt_after(s2, coalesce(o['len'], 0)) AS s2b FROM o2),
          -- the container runtime's stream and tag (CRI log format): "stdout F ", "stderr P "
          o4 AS (SELECT k, ev, header_time, head, o,
-                       CASE WHEN lt_starts(s2b, 's') AND regexp_matches(s2b, '^std(?:out|err) [FP](?: |$)')
+                       CASE WHEN s2b GLOB '[s]*' AND regexp_matches(s2b, '^std(?:out|err) [FP](?: |$)')
                             THEN substr(s2b, 10) ELSE s2b END AS s3 FROM o3),
          -- the line's own time inside a runtime's or a collector's (a CRI record, kubectl logs
          -- --timestamps): what would be the outer time of the line bare, before its rank prefix
@@ -315,7 +315,7 @@ CREATE OR REPLACE MACRO parse_log_lines(src, tz, ref) AS TABLE
          -- the application's own time, which may follow the rank prefix after a blank: ISO, glog, and
          -- the forms of lines a launcher relays (syslog's, ctime, UCX's epoch seconds)
          i0 AS (SELECT k, ev, header_time, head, om, rank, s5,
-                       CASE WHEN lt_starts(s5, ' ') OR s5 >= chr(128) THEN ltrim(s5) ELSE s5 END AS t5 FROM k5),
+                       CASE WHEN s5 GLOB '[ ]*' OR s5 >= chr(128) THEN ltrim(s5) ELSE s5 END AS t5 FROM k5),
          i1 AS (SELECT k, ev, header_time, head, om, rank, s5, t5, lt_iso_re(t5) AS g_iiso,
                        lt_glog_re(t5) AS g_iglog, lt_rfc3164_re(t5) AS g_i3164, lt_ctime_re(t5) AS g_ictime,
                        lt_uptime_re(t5) AS g_iup FROM i0),
