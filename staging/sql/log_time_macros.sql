@@ -30,24 +30,27 @@
 -- time nearest to the attempt (a "Dec 31" line in a January attempt belongs to the year before).
 --
 -- Each form is two macros: lt_<form>_re(s), its one regexp_extract, and lt_<form>_of(g), what the
--- groups mean, as written (lt_pick: prefix length incl. trailing blanks, how the fields make a
--- time, the fields, the zone ('' = none)), or NULL when the line does not start with the form. A form's regex runs only behind a test of the one or two characters every line of that
--- form has at a fixed place (an ISO date's '-' at 5 or 6, a month name's blank at 4, a '[' ...), so
--- a line is tried against the few forms it can be, not all of them: a regex with groups builds its
--- result even when it fails. A form skipped so gives NULL groups, which its _of macro reads as no
--- match. The grammar binds every regex result to a column before reading it (an expression
--- under CASE is not shared by the planner: read through a macro it would run once per group read),
--- and turns the chosen wall-clock time into UTC once (lt_zoned). Both together took the grammar
--- from 5.5 to 2.3 us a line (100k kernel lines, 2 threads). A line can carry a time at three places
--- (outer, own, inner) and in its text, but only one of them dates it: each place's first form is
--- picked as written (its fields as strings), the one that wins is chosen, and only its fields
--- become a time, once (lt_pick_time). A macro's argument is copied wherever its body reads it, and
--- DuckDB binds (and plans) every copy anew in each statement: with a time made at each place and
--- of each form, the grammar was ~2,500 expressions to bind, ~30 ms of a tiny attempt's statement. The guards build no string: a first
--- character is tested with one GLOB class, a later one with a LIKE pattern,
--- never with substr(s, i, 1) (a string per test, ~35 tests a line: with starts_with, ~25% of the
--- grammar's CPU); and a stage that cut nothing passes its string on as it is (lt_after), not as a
--- substr copy of it.
+-- groups mean as written (lt_pick: prefix length incl. trailing blanks, how the fields make a time,
+-- the fields, the zone ('' = none)), or NULL when the line does not start with the form. A form's
+-- regex runs only behind a test of the one or two characters every line of that form has at a
+-- fixed place (an ISO date's '-' at 5 or 6, a month name's blank at 4, a '[' ...), so a line is
+-- tried against the few forms it can be, not all of them: a regex with groups builds its result
+-- even when it fails. A form skipped so gives NULL groups, which its _of macro reads as no match.
+-- The grammar binds every regex result to a column before reading it (an expression under CASE is
+-- not shared by the planner: read through a macro it would run once per group read), and turns
+-- the chosen wall-clock time into UTC once (lt_zoned). Both together took the grammar from 5.5 to
+-- 2.3 us a line (100k kernel lines, 2 threads). The guards build no string: a first character is
+-- tested with one GLOB class, a later one with a LIKE pattern, never with substr(s, i, 1) (a
+-- string per test, ~35 tests a line: with starts_with, ~25% of the grammar's CPU); and a stage that
+-- cut nothing passes its string on as it is (lt_after), not as a substr copy of it.
+--
+-- What a statement calling the grammar costs before it reads a line is binding and setting up its
+-- expressions, anew in every statement (prepared or not): a macro's argument is copied wherever
+-- its body reads it, and each copy is bound. A line can carry a time at three places (outer, own,
+-- inner) and in its text, but only one of them dates it: each place keeps its first form's fields
+-- as written (lt_pick), the place that dates the line is chosen from them, and only its fields
+-- become a time, once. Making a time at every place of every form (a year-less one expands
+-- lt_make three times) cost a tiny attempt's statement ~15 ms more to bind.
 --
 -- The grammar is one table macro, parse_log_lines(src, tz, ref), over a table or CTE `src` of
 -- (k, line): every line's stages as one chain of projections, `k` (whatever the caller needs back
@@ -83,24 +86,17 @@ CREATE OR REPLACE MACRO lt_secs(s, f) AS
     CASE WHEN length(coalesce(f, '')) > 9 THEN NULL
          ELSE TRY_CAST(s AS DOUBLE) + CASE WHEN coalesce(f, '') = '' THEN 0 ELSE TRY_CAST('0.' || f AS DOUBLE) END END;
 
--- A naive wall-clock time in zone `tz` -> naive UTC timestamp.
-CREATE OR REPLACE MACRO lt_local_to_utc(ts, tz) AS
-    CASE WHEN tz = 'UTC' THEN ts ELSE timezone('UTC', timezone(tz, ts)) END;
-
--- '+01:00' / '+0100' / '+01' / 'Z' -> offset in minutes
-CREATE OR REPLACE MACRO lt_offset_min(z) AS
-    CASE WHEN z IN ('', 'Z') THEN 0
-         ELSE (CASE WHEN z[1] = '-' THEN -1 ELSE 1 END)
-              * (lt_int(z[2:3]) * 60 + coalesce(lt_int(nullif(replace(z, ':', '')[4:5], '')), 0))
-    END;
-
 -- A naive time written with zone `z` -> naive UTC. `z` is what the line printed: nothing (the
--- attempt's zone), Z/UTC/GMT, a numeric offset, or an abbreviation such as CET or PST: that names
--- the zone of the host that wrote the line, i.e. the attempt's (abbreviations are ambiguous).
+-- attempt's zone), Z/UTC/GMT, a numeric offset ('+01:00' / '+0100' / '+01': taken off, in minutes),
+-- or an abbreviation such as CET or PST: that names the zone of the host that wrote the line, i.e.
+-- the attempt's (abbreviations are ambiguous), whose wall-clock time goes to UTC.
 CREATE OR REPLACE MACRO lt_zoned(ts, z, tz) AS
     CASE WHEN z IN ('Z', 'UTC', 'GMT', 'UT') THEN ts
-         WHEN regexp_full_match(z, '[+-]\d{2}(?::?\d{2})?') THEN ts - to_minutes(lt_offset_min(z))
-         ELSE lt_local_to_utc(ts, tz) END;
+         WHEN regexp_full_match(z, '[+-]\d{2}(?::?\d{2})?')
+         THEN ts - to_minutes((CASE WHEN z[1] = '-' THEN -1 ELSE 1 END)
+                              * (lt_int(z[2:3]) * 60 + coalesce(lt_int(nullif(replace(z, ':', '')[4:5], '')), 0)))
+         WHEN tz = 'UTC' THEN ts
+         ELSE timezone('UTC', timezone(tz, ts)) END;
 
 -- Build a timestamp from the fields a stamp wrote. Fields that make no time (Feb 30, hour 25, a
 -- second of 60, an over-long fraction) give '-infinity', never a time near it (make_timestamp
@@ -145,11 +141,11 @@ CREATE OR REPLACE MACRO lt_iso_of(g) AS
     CASE WHEN coalesce(g['all'], '') = '' THEN NULL
          ELSE lt_pick(length(g['all']), 'date', g['y'], g['mo'], g['d'], g['h'], g['mi'], g['s'], g['f'], g['z']) END;
 
--- journalctl -o short-full: "Fri 2026-11-20 10:05:01 UTC host ..." (the zone as an abbreviation)
+-- journalctl -o short-full: "Fri 2026-11-20 10:05:01 UTC host ..." (the zone as an abbreviation);
+-- its groups are ISO's, read by lt_iso_of
 CREATE OR REPLACE MACRO lt_short_full_re(s) AS CASE WHEN s LIKE '___ %' THEN regexp_extract(s,
     '^((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))? ([A-Za-z]{1,6}|[+-]\d{2}(?::?\d{2})?)(?:\s+|$))',
     ['all','y','mo','d','h','mi','s','f','z']) END;
-CREATE OR REPLACE MACRO lt_short_full_of(g) AS lt_iso_of(g);
 
 -- dmesg -T "[Fri Nov 20 10:05:01 2026]" (a one-digit day padded with a blank), and the same ctime
 -- form unbracketed, as GPFS and other C daemons print it ("Mon Jun 25 16:11:16.123 2018: ").
@@ -282,7 +278,7 @@ CREATE OR REPLACE MACRO parse_log_lines(src, tz, ref) AS TABLE
                        lt_ctime_re(s2) AS g_ctime, lt_uptime_re(s2) AS g_up, lt_fabricmanager_re(s2) AS g_fm,
                        lt_rfc3164_re(s2) AS g_3164, lt_glog_re(s2) AS g_glog, lt_mmdd_re(s2) AS g_mmdd FROM h2),
          o2 AS (SELECT k, rf, ev, header_time, head, s2,
-                       coalesce(lt_iso_of(g_iso), lt_short_full_of(g_full), lt_ctime_of(g_ctime), lt_uptime_of(g_up),
+                       coalesce(lt_iso_of(g_iso), lt_iso_of(g_full), lt_ctime_of(g_ctime), lt_uptime_of(g_up),
                                 lt_fabricmanager_of(g_fm), lt_rfc3164_of(g_3164), lt_glog_of(g_glog), lt_mmdd_of(g_mmdd)) AS o
                 FROM o1),
          o3 AS (SELECT k, rf, ev, header_time, head, o, lt_after(s2, coalesce(o['len'], 0)) AS s2b FROM o2),
