@@ -50,7 +50,7 @@
 -- inner) and in its text, but only one of them dates it: each place keeps its first form's fields
 -- as written (lt_pick), the place that dates the line is chosen from them, and only its fields
 -- become a time, once. Making a time at every place of every form (a year-less one expands
--- lt_make three times) cost a tiny attempt's statement ~15 ms more to bind.
+-- lt_make three times) cost a tiny attempt's statement ~10 ms more.
 --
 -- The grammar is one table macro, parse_log_lines(src, tz, ref), over a table or CTE `src` of
 -- (k, line): every line's stages as one chain of projections, `k` (whatever the caller needs back
