@@ -203,9 +203,9 @@ class Present:
         `symptom:kind` entry asks for the symptom: any kind (more often true, never wrongly false)."""
         if not rule.requires:
             return True
-        if self.known is None:
-            row = con.execute("SELECT list(DISTINCT symptom), list(DISTINCT role_hint) FROM events").fetchone()
-            self.known = (set(row[0] or []), set(row[1] or [])) if row else (set(), set())
+        if self.known is None:  # a plain DISTINCT: lists of DISTINCT values cost twice its planning
+            rows = con.execute("SELECT DISTINCT symptom, role_hint FROM events").fetchall()
+            self.known = ({s for s, _ in rows if s is not None}, {h for _, h in rows if h is not None})
         symptoms, hints = self.known
         for entry in rule.requires:
             name, _, rest = entry.partition(":")

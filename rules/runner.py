@@ -121,12 +121,11 @@ def _rule_output(con: duckdb.DuckDBPyConnection, pack: Pack, rule: Rule, setting
     assert rule.python is not None  # a rule has sql or python (the model checks)
     func = python_rule(pack, rule.python)
     rows: list[dict[str, Any]] = func(con, settings) or []
-    con.execute("DROP TABLE IF EXISTS rule_out")
-    if not rows:
+    if not rows:  # nothing to apply, and nothing reads rule_out but after a rule that found something
         raise _NoRows
     payload = json.dumps(rows, default=str)
     con.execute(
-        "CREATE TEMP TABLE rule_out AS SELECT unnest(from_json($p::JSON, $shape), recursive := true)",
+        "CREATE OR REPLACE TEMP TABLE rule_out AS SELECT unnest(from_json($p::JSON, $shape), recursive := true)",
         {"p": payload, "shape": json.dumps([_json_shape(rows)])},
     )
     return len(rows)
