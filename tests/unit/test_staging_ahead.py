@@ -36,9 +36,9 @@ def test_a_later_attempt_takes_the_database_made_while_the_one_before_ran():
 
 
 def test_an_attempts_database_is_released_after_its_diagnosis():
+    from workload_attribution.connectors.bundle import load_scope
     from workload_attribution.staging import database
     from workload_attribution.staging.attempt import create_staging
-    from workload_attribution.connectors.bundle import load_scope
     from workload_attribution.tasks.steps import ScopedAttempt, drop_staging
 
     path = create_staging(load_scope(WORKED))
@@ -48,7 +48,7 @@ def test_an_attempts_database_is_released_after_its_diagnosis():
         assert not con.execute("SELECT * FROM duckdb_tables()").fetchall()
 
 
-def test_attempts_collect_on_the_same_threads(tmp_path):
+def test_attempts_collect_on_the_same_threads():
     from tests.helpers import diagnose
 
     def collecting() -> set[threading.Thread]:
