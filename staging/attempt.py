@@ -28,7 +28,10 @@ def create_staging(scope: AttemptScope, path: str | None = None) -> str:
             path = new_staging_path()
             open_staging(path)
         if next(_created):
-            stage_ahead()
+            try:
+                stage_ahead()
+            except RuntimeError:  # no thread starts while the interpreter shuts down: made when needed
+                pass
     con = connect(path)
     try:
         con.execute(

@@ -100,7 +100,12 @@ def release_staging_later(path: str) -> None:
     with _releasing_lock:
         if _releasing is None:
             _releasing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="staging-release")
-        _releasing.submit(release_staging, path)
+        try:
+            _releasing.submit(release_staging, path)
+            return
+        except RuntimeError:  # the interpreter is shutting down: no thread takes work any more
+            pass
+    release_staging(path)
 
 
 def _forget_releasing() -> None:
