@@ -11,10 +11,8 @@ import importlib.util
 import os
 import re
 import sys
-import threading
 import uuid
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from functools import cache, lru_cache
@@ -87,34 +85,6 @@ def release_staging(path: str) -> None:
         import shutil
 
         shutil.rmtree(spill, ignore_errors=True)
-
-
-_releasing: ThreadPoolExecutor | None = None
-_releasing_lock = threading.Lock()
-
-
-def release_staging_later(path: str) -> None:
-    """release_staging on a thread kept for it: closing a database frees what DuckDB held for it
-    (~7 ms of a warm attempt, more for a big one), which the attempt's caller need not wait for."""
-    global _releasing
-    with _releasing_lock:
-        if _releasing is None:
-            _releasing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="staging-release")
-        try:
-            _releasing.submit(release_staging, path)
-            return
-        except RuntimeError:  # the interpreter is shutting down: no thread takes work any more
-            pass
-    release_staging(path)
-
-
-def _forget_releasing() -> None:
-    """A forked child has none of its parent's threads."""
-    global _releasing
-    _releasing = None
-
-
-os.register_at_fork(after_in_child=_forget_releasing)
 
 
 def open_staging(path: str) -> None:

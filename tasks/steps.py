@@ -39,7 +39,7 @@ from workload_attribution.rules.engine import Settings, prepare, run_phases
 from workload_attribution.rules.pack import Pack
 from workload_attribution.staging.attempt import create_staging
 from workload_attribution.staging.clocks import ClockOffset, check_clocks
-from workload_attribution.staging.database import connected, observed, plainly, release_staging_later
+from workload_attribution.staging.database import connected, observed, plainly, release_staging
 from workload_attribution.staging.hosts import spell_as_allocated
 from workload_attribution.staging.normalize import normalize
 from workload_attribution.staging.observations import insert_observations, non_finite
@@ -384,4 +384,4 @@ def publish(
 
 
 def drop_staging(scoped: ScopedAttempt) -> None:
-    release_staging_later(scoped.staging)
+    release_staging(scoped.staging)

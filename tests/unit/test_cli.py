@@ -86,20 +86,11 @@ def test_only_the_named_commands_parser_is_built():
         assert _named_command(unsure) is None  # every command's parser, as argparse then needs
 
 
-def test_a_staging_database_made_ahead_is_the_next_attempts(monkeypatch):
-    import itertools
-
+def test_a_staging_database_made_ahead_is_the_next_attempts():
     from workload_attribution.connectors.bundle import load_scope
     from workload_attribution.rules import engine
-    from workload_attribution.staging import ahead, attempt, database
+    from workload_attribution.staging import ahead, database
     from workload_attribution.staging.attempt import create_staging
-
-    # as in a new process: none made ahead by earlier attempts, none made after the next ones
-    # (tests/unit/test_staging_ahead.py: a process' later attempts)
-    left = ahead.take_ahead()
-    if left:
-        database.release_staging(left)
-    monkeypatch.setattr(attempt, "_created", itertools.repeat(0))
 
     def catalog(path):
         with database.connected(path) as con:
