@@ -136,10 +136,10 @@ def _inside(literals: list[str]) -> dict[str, set[str]]:
     return inside
 
 
-def _stage_lines(con: duckdb.DuckDBPyConnection, m: _Matcher) -> bool:
+def _stage_lines(con: duckdb.DuckDBPyConnection, m: _Matcher) -> bool | None:
     """catalog_lines: the lines and records of the catalogs' sources holding a literal, with the
-    literals each holds: every one of them when Hyperscan found them (then True), else those an
-    alternation lists."""
+    literals each holds: every one of them when Hyperscan found them (then True; None when it
+    found no line, and no table is staged), else those an alternation lists."""
     log_sources = [s for s in m.sources if s != "kueue"]
     parts = []
     if log_sources:
@@ -155,8 +155,7 @@ def _stage_lines(con: duckdb.DuckDBPyConnection, m: _Matcher) -> bool:
     staged = " UNION ALL ".join(parts)
     # a literal holding a line break (a NUL: one inside a record, as scanned) is the alternation's
     if engine() == "hyperscan" and not any("\n" in lit or "\0" in lit for lit in m.literals):
-        _stage_held(con, staged, m)
-        return True
+        return _stage_held(con, staged, m)
     # the alternation written once: each place it is written, DuckDB compiles it (~13 ms for the
     # pack's ~350 literals); a line holds a literal exactly when it lists one (none is empty)
     con.execute(
@@ -169,11 +168,14 @@ def _stage_lines(con: duckdb.DuckDBPyConnection, m: _Matcher) -> bool:
     return False
 
 
-def _stage_held(con: duckdb.DuckDBPyConnection, staged: str, m: _Matcher) -> None:
+def _stage_held(con: duckdb.DuckDBPyConnection, staged: str, m: _Matcher) -> bool | None:
     """catalog_lines from Hyperscan's scan of the staged lines (the one concepts runs): each kept
     line's id and the number of its set of literals handed back as text, the few distinct sets
-    as a list (a line holding none is not kept, as the alternation keeps none)."""
+    as a list (a line holding none is not kept, as the alternation keeps none). Most attempts'
+    lines hold none: then nothing is staged (None)."""
     held = list(held_rows(con.execute(f"SELECT obs_id, body FROM ({staged})"), m.literals))
+    if not held:
+        return None
     sets: dict[tuple[str, ...], int] = {}
     for _, found in held:
         sets.setdefault(found, len(sets) + 1)
@@ -184,11 +186,12 @@ def _stage_held(con: duckdb.DuckDBPyConnection, staged: str, m: _Matcher) -> Non
             JOIN (SELECT unnest(string_split($ids, ','))::BIGINT AS obs_id,
                          unnest(string_split($nos, ','))::INTEGER AS found_no) k ON k.obs_id = s.obs_id""",
         {
-            "ids": ",".join(str(obs_id) for obs_id, _ in held) or "-1",  # ids start at 1
-            "nos": ",".join(str(sets[found]) for _, found in held) or "1",
-            "sets": [list(found) for found in sets] or [[]],
+            "ids": ",".join(str(obs_id) for obs_id, _ in held),
+            "nos": ",".join(str(sets[found]) for _, found in held),
+            "sets": [list(found) for found in sets],
         },
     )
+    return True
 
 
 def _matches(
@@ -241,8 +244,8 @@ def _matches(
 
 
 def _row(values: tuple[Any, ...]) -> _Row:
-    fields: list[Any] = [tuple(v) if isinstance(v, list) else v for v in values]
-    return _Row(*fields)
+    # sources and literals (_COLUMNS' 4th and 5th) are lists: tuples, so the rows key _matcher
+    return _Row(*values[:3], tuple(values[3]), tuple(values[4]), *values[5:])
 
 
 def match(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, Any]]:
@@ -251,6 +254,8 @@ def match(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, 
         return []
     m = _matcher(rows)
     every = _stage_lines(con, m)
+    if every is None:
+        return []
     out: list[dict[str, Any]] = []
     seen: set[tuple[int, str]] = set()
     for obs_id, row_no, peer, notice_end in _matches(con, m, every):
