@@ -245,7 +245,7 @@ def _matches(
 
 def _row(values: tuple[Any, ...]) -> _Row:
     # sources and literals (_COLUMNS' 4th and 5th) are lists: tuples, so the rows key _matcher
-    return _Row(*values[:3], tuple(values[3]), tuple(values[4]), *values[5:])
+    return _Row._make((*values[:3], tuple(values[3]), tuple(values[4]), *values[5:]))
 
 
 def match(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, Any]]:
