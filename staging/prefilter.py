@@ -17,7 +17,7 @@ import hashlib
 import os
 import platform
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,7 @@ class LineMatcher:
     def __init__(self, literals: tuple[str, ...], markers: tuple[str, ...] = ()):
         hs = _hyperscan()
         patterns = sorted({lit.encode() for lit in literals if lit and "\n" not in lit})
+        self._literals = tuple(p.decode() for p in patterns)  # a kept literal by its id
         self._keeping = len(patterns)  # ids below this keep a line; the markers' ids follow
         patterns += sorted({m.encode() for m in markers if m and "\n" not in m})
         self._db = _database(hs, patterns) if patterns else None
@@ -94,6 +95,35 @@ class LineMatcher:
         ends, marked = self._matches(data)
         kept, lines = self._lines(data, ends, _decoded, count=True)
         return kept, marked, lines
+
+    def held(self, text: str) -> list[tuple[int, tuple[str, ...]]]:
+        """(index of the line in the piece, from 0; the literals it holds, sorted) for each line of
+        `text` holding a literal, in order: every literal, wherever its occurrences overlap."""
+        data = text.encode("utf-8", "surrogatepass")
+        if self._db is None:
+            return []
+        hits: list[tuple[int, int]] = []
+        keeping = self._keeping
+
+        def found(id_: int, _from: int, to: int, _flags: int, _ctx: Any) -> None:
+            if id_ < keeping:
+                hits.append((to, id_))
+
+        self._db.scan(data, match_event_handler=found, scratch=self._scratch())
+        hits.sort()
+        out: list[tuple[int, set[int]]] = []
+        index, counted, line_end = 0, 0, -1
+        for to, id_ in hits:
+            if to > line_end:  # the first literal of another line
+                start = data.rfind(b"\n", 0, to) + 1
+                line_end = data.find(b"\n", to)
+                if line_end < 0:
+                    line_end = len(data)
+                index += data.count(b"\n", counted, start)
+                counted = start
+                out.append((index, set()))
+            out[-1][1].add(id_)
+        return [(i, tuple(self._literals[n] for n in sorted(ids))) for i, ids in out]
 
     def _matches(self, data: bytes) -> tuple[list[int], bool]:
         """Where each match of a kept literal ends, and whether a marker matched."""
@@ -203,6 +233,21 @@ def _database(hs: Any, patterns: list[bytes]) -> Any:
     except Exception:  # a read-only home, a full disk: nothing kept, the next process compiles again
         pass
     return db
+
+
+SCAN_ROWS = 20_000  # rows fetched and scanned at a time by held_rows
+
+
+def held_rows(rows: Any, literals: tuple[str, ...]) -> Iterator[tuple[Any, tuple[str, ...]]]:
+    """(key, the literals its text holds, sorted) for each row (key, text) of a DuckDB result
+    holding one, in order: the rows fetched a few megabytes at a time, whatever their number, and
+    each batch scanned at once as one text, a row per line (a text's own line breaks as NULs, so
+    no literal spans them)."""
+    m = matcher(literals)
+    while batch := rows.fetchmany(SCAN_ROWS):
+        joined = "\n".join(text.replace("\n", "\0") for _, text in batch)
+        for i, held in m.held(joined):
+            yield batch[i][0], held
 
 
 @lru_cache(maxsize=16)

@@ -2,12 +2,14 @@
 attempt's lines and Kubernetes records in one pass of one automaton, not one regex per row.
 
 1. Every row is found by a literal it always contains (rules/catalog.py derives it from the
-   pattern; the scan kept only lines holding one). One RE2 alternation of all of them, longest
-   first, lists the literals each line holds: one DFA pass over the line.
+   pattern; the scan kept only lines holding one). Hyperscan (staging/prefilter.py) lists every
+   literal each line holds, the lines scanned at once, its database compiled once per process.
+   Without it, one RE2 alternation of all of them, longest first, lists them: one DFA pass over
+   the line, but compiled at every attempt (~13 ms for ~350 literals) and ~30 us a line.
 2. An alternation reports matches that do not overlap, so a literal starting inside another's
-   match is not listed; the rows to try on a line are those of the literals it lists and of the
-   literals that can overlap those (`_hidden`), for the line's source. Lines holding the same
-   literals share that work: it is done once per distinct set.
+   match is not listed; the rows to try on a line are those of the literals it lists and, unless
+   Hyperscan listed them all, of the literals that can overlap those (`_hidden`), for the line's
+   source. Lines holding the same literals share that work: it is done once per distinct set.
 3. Each candidate row's own pattern is checked on its lines with the pattern written into the
    query, so DuckDB compiles it once, and only the rows some line may match are written.
 
@@ -20,6 +22,8 @@ import bisect
 import json
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from workload_attribution.staging.prefilter import engine, held_rows
 
 if TYPE_CHECKING:
     import duckdb
@@ -50,13 +54,16 @@ class _Row(NamedTuple):
 
 class _Matcher(NamedTuple):
     rows: dict[int, _Row]
+    literals: tuple[str, ...]
     alternation: str
     by_literal: dict[str, tuple[int, ...]]
     hidden: dict[str, frozenset[str]]
     sources: tuple[str, ...]
 
-    def candidates(self, source: str, found: list[str]) -> list[int]:
-        literals = set(found).union(*(self.hidden.get(f, frozenset()) for f in found))
+    def candidates(self, source: str, found: list[str], every: bool = False) -> list[int]:
+        """The rows of the source a line holding `found` may match: `every` when found lists every
+        literal the line holds (Hyperscan's), else also those an alternation's scan hides."""
+        literals = set(found) if every else set(found).union(*(self.hidden.get(f, frozenset()) for f in found))
         rows = {n for lit in literals for n in self.by_literal.get(lit, ())}
         return sorted(n for n in rows if source in self.rows[n].sources)
 
@@ -81,6 +88,7 @@ def _matcher(rows: tuple[_Row, ...]) -> _Matcher:
             by_literal.setdefault(lit, []).append(r.row_no)
     return _Matcher(
         rows={r.row_no: r for r in rows},
+        literals=tuple(literals),
         alternation="|".join(_escape(lit) for lit in literals),
         by_literal={k: tuple(v) for k, v in by_literal.items()},
         hidden=_hidden(literals),
@@ -128,10 +136,10 @@ def _inside(literals: list[str]) -> dict[str, set[str]]:
     return inside
 
 
-def _stage_lines(con: duckdb.DuckDBPyConnection, m: _Matcher) -> None:
+def _stage_lines(con: duckdb.DuckDBPyConnection, m: _Matcher) -> bool | None:
     """catalog_lines: the lines and records of the catalogs' sources holding a literal, with the
-    literals each holds."""
-    alt = _sql_text(m.alternation)
+    literals each holds: every one of them when Hyperscan found them (then True; None when it
+    found no line, and no table is staged), else those an alternation lists."""
     log_sources = [s for s in m.sources if s != "kueue"]
     parts = []
     if log_sources:
@@ -144,23 +152,57 @@ def _stage_lines(con: duckdb.DuckDBPyConnection, m: _Matcher) -> None:
         )
     if "kueue" in m.sources:
         parts.append("SELECT obs_id, source, text AS body FROM records WHERE source = 'kueue' AND text IS NOT NULL")
+    staged = " UNION ALL ".join(parts)
+    # a literal holding a line break (a NUL: one inside a record, as scanned) is the alternation's
+    if engine() == "hyperscan" and not any("\n" in lit or "\0" in lit for lit in m.literals):
+        return _stage_held(con, staged, m)
     # the alternation written once: each place it is written, DuckDB compiles it (~13 ms for the
     # pack's ~350 literals); a line holds a literal exactly when it lists one (none is empty)
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE catalog_lines AS
             SELECT obs_id, source, body, list_sort(list_distinct(found)) AS found
-            FROM (SELECT obs_id, source, body, regexp_extract_all(body, {alt}) AS found
-                  FROM ({" UNION ALL ".join(parts)}))
+            FROM (SELECT obs_id, source, body, regexp_extract_all(body, {_sql_text(m.alternation)}) AS found
+                  FROM ({staged}))
             WHERE len(found) > 0"""
     )
+    return False
 
 
-def _matches(con: duckdb.DuckDBPyConnection, m: _Matcher) -> list[tuple[int, int, str | None, int | None]]:
-    """(obs_id, row_no, peer, where a notice's match ends) for every row whose pattern matches a staged line."""
+def _stage_held(con: duckdb.DuckDBPyConnection, staged: str, m: _Matcher) -> bool | None:
+    """catalog_lines from Hyperscan's scan of the staged lines (the one concepts runs): each kept
+    line's id and the number of its set of literals handed back as text, the few distinct sets
+    as a list (a line holding none is not kept, as the alternation keeps none). Most attempts'
+    lines hold none: then nothing is staged (None)."""
+    held = list(held_rows(con.execute(f"SELECT obs_id, body FROM ({staged})"), m.literals))
+    if not held:
+        return None
+    sets: dict[tuple[str, ...], int] = {}
+    for _, found in held:
+        sets.setdefault(found, len(sets) + 1)
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE catalog_lines AS
+            SELECT s.obs_id, s.source, s.body, ($sets::VARCHAR[][])[k.found_no] AS found
+            FROM ({staged}) s
+            JOIN (SELECT unnest(string_split($ids, ','))::BIGINT AS obs_id,
+                         unnest(string_split($nos, ','))::INTEGER AS found_no) k ON k.obs_id = s.obs_id""",
+        {
+            "ids": ",".join(str(obs_id) for obs_id, _ in held),
+            "nos": ",".join(str(sets[found]) for _, found in held),
+            "sets": [list(found) for found in sets],
+        },
+    )
+    return True
+
+
+def _matches(
+    con: duckdb.DuckDBPyConnection, m: _Matcher, every: bool = False
+) -> list[tuple[int, int, str | None, int | None]]:
+    """(obs_id, row_no, peer, where a notice's match ends) for every row whose pattern matches a
+    staged line (`every`: the lines list every literal they hold)."""
     pairs = [
         {"source": source, "found": found, "row_no": n}
         for source, found in con.execute("SELECT DISTINCT source, found FROM catalog_lines").fetchall()
-        for n in m.candidates(source, found)
+        for n in m.candidates(source, found, every)
     ]
     if not pairs:
         return []
@@ -202,8 +244,8 @@ def _matches(con: duckdb.DuckDBPyConnection, m: _Matcher) -> list[tuple[int, int
 
 
 def _row(values: tuple[Any, ...]) -> _Row:
-    fields: list[Any] = [tuple(v) if isinstance(v, list) else v for v in values]
-    return _Row(*fields)
+    # sources and literals (_COLUMNS' 4th and 5th) are lists: tuples, so the rows key _matcher
+    return _Row._make((*values[:3], tuple(values[3]), tuple(values[4]), *values[5:]))
 
 
 def match(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, Any]]:
@@ -211,10 +253,12 @@ def match(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, 
     if not rows:
         return []
     m = _matcher(rows)
-    _stage_lines(con, m)
+    every = _stage_lines(con, m)
+    if every is None:
+        return []
     out: list[dict[str, Any]] = []
     seen: set[tuple[int, str]] = set()
-    for obs_id, row_no, peer, notice_end in _matches(con, m):
+    for obs_id, row_no, peer, notice_end in _matches(con, m, every):
         r = m.rows[row_no]
         if (obs_id, r.symptom) in seen:
             continue

@@ -22,7 +22,7 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from workload_attribution.staging.prefilter import engine, matcher
+from workload_attribution.staging.prefilter import engine, held_rows
 
 if TYPE_CHECKING:
     import duckdb
@@ -83,7 +83,6 @@ _AS_WRITTEN = (
     "CASE WHEN starts_with(text, '{\"log\":') AND json_valid(text) "
     "THEN rtrim(coalesce(json_extract_string(text, '$.log'), ''), chr(10) || chr(13)) ELSE text END"
 )
-_SCAN_ROWS = 20_000  # staged lines fetched and scanned at a time
 AROUND = 3  # a line's context: the kept lines of its file this many lines either side
 
 
@@ -120,13 +119,8 @@ def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> int:
     staged = f"SELECT obs_id, source, path, lineno, text FROM ({' UNION ALL '.join(parts)})"
     literals = tuple(sorted({lit for c in concepts for lit in c.literals if lit}))
     if engine() == "hyperscan":
-        cur = con.execute(f"SELECT obs_id, text FROM ({staged})")
-        kept: list[str] = []
-        while found := cur.fetchmany(_SCAN_ROWS):  # a few megabytes at a time, whatever the lines
-            # one text, a line per row: a record's own line breaks as NULs, so no literal spans them
-            joined = "\n".join(text.replace("\n", "\0") for _, text in found)
-            kept += [str(found[i][0]) for i, _ in matcher(literals).lines(joined)]
-        keep = ",".join(kept) or "-1"  # ids start at 1
+        kept = held_rows(con.execute(f"SELECT obs_id, text FROM ({staged})"), literals)
+        keep = ",".join(str(obs_id) for obs_id, _ in kept) or "-1"  # ids start at 1
         row = con.execute(
             f"""CREATE OR REPLACE TEMP TABLE concept_lines AS
                 SELECT * FROM ({staged}) WHERE obs_id IN (SELECT unnest(string_split($keep, ','))::BIGINT)""",

@@ -80,6 +80,21 @@ def test_hyperscan_keeps_the_lines_duckdb_keeps(text: str) -> None:
 
 
 @needs_hyperscan
+@pytest.mark.parametrize("text", [TEXT, "", "XidXid\nXi\nd", "\n".join(["Xid a.c"] * 50)])
+def test_the_literals_each_line_holds_are_every_one_overlapping_or_not(text: str) -> None:
+    """held: the kept lines' indexes, and on each every literal it holds (XidXid holds Xid twice
+    over, one occurrence inside it), as a test of each literal on the line finds them."""
+    literals = tuple(lit for lit in LITERALS if lit and "\n" not in lit)
+    want = [
+        (i, tuple(sorted(lit for lit in literals if lit in line)))
+        for i, line in enumerate(text.split("\n"))
+        if any(lit in line for lit in literals)
+    ]
+    assert prefilter.LineMatcher(LITERALS).held(text) == want
+    assert [i for i, _ in want] == [i for i, _ in prefilter.LineMatcher(LITERALS).lines(text)]
+
+
+@needs_hyperscan
 def test_no_literal_keeps_no_line() -> None:
     assert prefilter.LineMatcher(("", "a\nb")).lines("a\nb\nab") == []
 
