@@ -120,7 +120,9 @@ def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> int:
     literals = tuple(sorted({lit for c in concepts for lit in c.literals if lit}))
     if engine() == "hyperscan":
         kept = held_rows(con.execute(f"SELECT obs_id, text FROM ({staged})"), literals)
-        keep = ",".join(str(obs_id) for obs_id, _ in kept) or "-1"  # ids start at 1
+        keep = ",".join(str(obs_id) for obs_id, _ in kept)
+        if not keep:  # most attempts: no line says a concept's words, and nothing reads the table then
+            return 0
         row = con.execute(
             f"""CREATE OR REPLACE TEMP TABLE concept_lines AS
                 SELECT * FROM ({staged}) WHERE obs_id IN (SELECT unnest(string_split($keep, ','))::BIGINT)""",
