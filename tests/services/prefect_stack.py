@@ -161,6 +161,14 @@ class PrefectStack:
             return
         proc.wait(60)
 
+    def pause(self, name: str) -> None:
+        """Stop a process of the stack (SIGSTOP, its whole session) where it stands: it changes no
+        state until resumed or killed."""
+        os.killpg(self.procs[name].pid, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        os.killpg(self.procs[name].pid, signal.SIGCONT)
+
     def restore(self) -> None:
         """Start again the server, worker or service a test stopped and left down (one that failed
         midway): the next test finds the stack whole, and fails only for its own reasons."""
