@@ -88,3 +88,26 @@ def collect_bundle(bundle: str | Path, scope: AttemptScope, source: str, staging
 def coverage_of(config: Any, scope: AttemptScope, staging: str, prefilter: Any = (), transport: Any = None) -> Any:
     """One source collected through its connector: just its coverage record."""
     return collect(config, scope, staging, prefilter=prefilter, transport=transport).coverage
+
+
+def claims_on_each_engine(pack: Any, rule: str, probes: list[Any], monkeypatch: Any, resolve: bool = False) -> dict:
+    """Per pre-filter engine (Hyperscan, DuckDB's RE2), the events of `claims` over `probes` and
+    each app probe again behind a Docker json-file envelope, with the pack's Python `rule`
+    ("module:function") told which engine runs: the module as the pack loads it (under a name of
+    its own: rules/sandbox.py)."""
+    import json
+
+    from workload_attribution.rules.claims import Probe, claims
+    from workload_attribution.rules.sandbox import python_rule
+    from workload_attribution.staging import prefilter
+
+    probes = probes + [
+        Probe("app", json.dumps({"log": p.text + "\n", "stream": "stderr"})) for p in probes if p.source == "app"
+    ]
+    probes.insert(0, Probe("kueue", "Pod was evicted:\nThe node was low on resource: memory."))
+    reader = python_rule(pack, rule).__globals__
+    found = {}
+    for name in prefilter.ENGINES:
+        monkeypatch.setitem(reader, "engine", lambda name=name: name)
+        found[name] = claims(pack, probes, resolve=resolve).events
+    return found

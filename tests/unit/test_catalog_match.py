@@ -5,14 +5,13 @@ one (then the rows of the literals that can hide behind those are tried too: `_h
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 
-from workload_attribution.rules.claims import Probe, claims
+from tests.helpers import claims_on_each_engine
+from workload_attribution.rules.claims import Probe
 from workload_attribution.rules.pack import default_pack
-from workload_attribution.rules.sandbox import python_rule
 from workload_attribution.staging import prefilter
 
 
@@ -59,19 +58,10 @@ def test_the_rows_matched_are_the_same_found_by_hyperscan_or_the_alternation(pac
     it: the same (line, row) pairs either way, and the hidden rows found."""
     hidden = _hidden_lines(pack)
     probes = [Probe(row.sources[0], row.test_line) for row in pack.catalog] + [p for _, p in hidden]
-    probes += [
-        Probe("app", json.dumps({"log": p.text + "\n", "stream": "stderr"})) for p in probes if p.source == "app"
-    ]
-    probes.insert(0, Probe("kueue", "Pod was evicted:\nThe node was low on resource: memory."))
-    # the module as the pack loads it (under a name of its own: rules/sandbox.py)
-    reader = python_rule(pack, "catalog:match").__globals__
-    found = {}
-    for name in prefilter.ENGINES:
-        monkeypatch.setitem(reader, "engine", lambda name=name: name)
-        found[name] = [
-            sorted(e["attrs"]["catalog"] for e in events if "catalog" in e["attrs"])
-            for events in claims(pack, probes).events
-        ]
+    found = {
+        name: [sorted(e["attrs"]["catalog"] for e in events if "catalog" in e["attrs"]) for events in per_probe]
+        for name, per_probe in claims_on_each_engine(pack, "catalog:match", probes, monkeypatch).items()
+    }
     assert found["hyperscan"] == found["duckdb"]
     assert sum(bool(rows) for rows in found["duckdb"]) >= len(pack.catalog)
     first = len(pack.catalog) + 1

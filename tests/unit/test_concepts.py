@@ -6,17 +6,16 @@ meaning."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import claims_on_each_engine
 from workload_attribution.rules.claims import Probe, claims
 from workload_attribution.rules.concepts import phrase_literals, phrase_regex
 from workload_attribution.rules.pack import RULES_DIR, PackTest, default_pack, load_pack, validate_pack
-from workload_attribution.rules.sandbox import python_rule
 from workload_attribution.rules.testing import run_concept_cases, run_pack_case
 from workload_attribution.staging import prefilter
 
@@ -235,16 +234,7 @@ def test_the_lines_saying_a_concept_are_the_same_found_by_hyperscan_or_re2(pack,
     examples = [ex for c in pack.concepts for ex in (*c.examples, *c.looks_alike)]
     probes = [Probe("kueue" if ex.source == "records" else ex.source, ex.line) for ex in examples]
     probes += [Probe(row.sources[0], row.test_line) for row in pack.catalog]
-    probes += [
-        Probe("app", json.dumps({"log": p.text + "\n", "stream": "stderr"})) for p in probes if p.source == "app"
-    ]
-    probes.insert(0, Probe("kueue", "Pod was evicted:\nThe node was low on resource: memory."))
-    # the module as the pack loads it (under a name of its own: rules/sandbox.py)
-    reader = python_rule(pack, "concepts:match").__globals__
-    found = {}
-    for name in prefilter.ENGINES:
-        monkeypatch.setitem(reader, "engine", lambda name=name: name)
-        found[name] = claims(pack, probes, resolve=True).events
+    found = claims_on_each_engine(pack, "concepts:match", probes, monkeypatch, resolve=True)
     assert found["hyperscan"] == found["duckdb"]
     assert sum(any(e["attrs"].get("concept") for e in events) for events in found["duckdb"]) > 50
 
