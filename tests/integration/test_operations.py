@@ -305,6 +305,12 @@ def test_worker_killed_mid_run_is_crashed_and_the_nightly_diagnoses_each_attempt
     stack.start_worker()
     wait_diagnosis(stack, cluster="ci-hung", job_id=jobs[0], timeout=180)  # the same run, run again
     with stack.client_settings():
+        # the diagnosis is written before the run reports Completed: wait for the state, not assume it
+        wait_until(
+            lambda: history(run_id)[-1] in ("COMPLETED", "FAILED", "CRASHED"),
+            "the run run again to finish",
+            60,
+        )
         assert history(run_id)[-1] == "COMPLETED", history(run_id)
         nightly = run_deployment(
             "backfill/nightly",
