@@ -17,10 +17,9 @@ from workload_attribution.rules.pack_data import DATA_DIR, load_catalog_table, l
 from workload_attribution.rules.runner import RunResult, run_rule
 from workload_attribution.rules.sandbox import Snapshots, lock_down
 from workload_attribution.rules.settings import Settings
-from workload_attribution.staging.database import observed
+from workload_attribution.staging.database import choose_threads, observed
 
 ENGINE_SQL = Path(__file__).resolve().parent / "engine.sql"
-ONE_THREAD_ROWS = 122_880  # a DuckDB row group
 
 
 @lru_cache(maxsize=1)
@@ -60,9 +59,8 @@ def _choose_threads(con: duckdb.DuckDBPyConnection) -> None:
     # An attempt whose observations fit in one row group (DuckDB's unit of parallel work) runs
     # its rules on one thread: a second has nothing to share and only adds the hand-over of
     # every pipeline (~15% of a tiny attempt's diagnosis), and what SQL leaves unordered (a
-    # list(DISTINCT ...)) comes out the same at every run. A bigger attempt keeps every core.
-    if observed(con) < ONE_THREAD_ROWS:
-        con.execute("SET threads = 1")
+    # list(DISTINCT ...)) comes out the same at every run. A bigger attempt gets every core.
+    choose_threads(con, observed(con))
 
 
 _SYMPTOM_SHAPE = json.dumps(

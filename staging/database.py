@@ -110,25 +110,40 @@ def open_staging(path: str) -> None:
 # 500 -> 410 ms at 5,000, but 0.8 -> 2.1 s at 20,000 (joins left as written); the grammar breaks
 # even near 4,000 lines. The optimizer only rewrites: the same rows either way.
 FEW_ROWS = 3_000
+# What DuckDB shares between threads is row groups (122,880 rows): over fewer, a second thread has
+# nothing to take and still costs its own state. The grammar's statement over 100k lines, one row
+# group: 0.46-0.50 s of CPU and +25-29 MiB on one thread, 0.67-0.69 s and +55-63 MiB on two, the
+# same rows and no sooner (load 4.7); over 4,000 lines 54 against 94 ms. The rules choose alike
+# (rules/phases.py).
+ONE_THREAD_ROWS = 122_880
 
 
 @contextmanager
 def plainly(con: duckdb.DuckDBPyConnection, rows: int, one_thread: bool = False) -> Iterator[None]:
     """Statements over `rows` rows, unoptimised when they are few (FEW_ROWS), and with `one_thread`
-    on one thread from then on: the rules would choose one for so few rows anyway (rules/phases.py
-    ONE_THREAD_ROWS), and a second thread only adds its own setup (starting it again, ~10 ms). The
-    optimizer is this connection's setting; threads are the database's (this attempt's own; a
-    database the rules already locked keeps its threads: rules/claims.py stages lines into one)."""
+    on one thread from then on when they fit in a row group (ONE_THREAD_ROWS): the rules choose
+    alike, and a second thread only adds its own state. The optimizer is this connection's setting;
+    threads are the database's (this attempt's own; a database the rules already locked keeps its
+    threads: rules/claims.py stages lines into one)."""
+    if one_thread and rows < ONE_THREAD_ROWS:
+        choose_threads(con, rows)
     if rows >= FEW_ROWS:
         yield
         return
-    if one_thread and not scalar(con, "SELECT current_setting('lock_configuration') OR current_setting('threads') = 1"):
-        con.execute("SET threads = 1")
     con.execute("PRAGMA disable_optimizer")
     try:
         yield
     finally:
         con.execute("PRAGMA enable_optimizer")
+
+
+def choose_threads(con: duckdb.DuckDBPyConnection, rows: int) -> None:
+    """One thread for what fits in a row group (ONE_THREAD_ROWS), else every core DuckDB would
+    use (the staging may have chosen one for fewer lines); a locked database keeps its own."""
+    cores = os.cpu_count() or 1
+    want = 1 if rows < ONE_THREAD_ROWS else cores
+    if not scalar(con, f"SELECT current_setting('lock_configuration') OR current_setting('threads') = {want}"):
+        con.execute(f"SET threads = {want}")
 
 
 def observed(con: duckdb.DuckDBPyConnection) -> int:
