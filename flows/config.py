@@ -28,6 +28,7 @@ from pydantic_settings import (
 )
 
 from workload_attribution.contracts.errors import BadInput
+from workload_attribution.contracts.models import empty_dict  # as contracts/models.py's own
 from workload_attribution.rules.engine import Settings as RuleSettings
 from workload_attribution.tasks.memory import MemoryPolicy
 from workload_attribution.warehouse.archive import ArchiveSettings
@@ -169,7 +170,7 @@ class Config(BaseSettings):
     )
     rules_dir: str | None = None
     rules: RuleSettings = Field(default_factory=RuleSettings)
-    clusters: dict[str, AnyCluster] = Field(default_factory=dict)
+    clusters: dict[str, AnyCluster] = Field(default_factory=empty_dict)
     service: ServiceConfig = Field(default_factory=ServiceConfig)
     backfill: BackfillConfig = Field(default_factory=BackfillConfig)
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
@@ -209,7 +210,7 @@ def typed_config() -> type[Config]:
     """Config with the cluster model in the annotation of `clusters` (built on first use): what
     reading ATTRIBUTION_CLUSTERS__... variables and naming the keys allowed beside a typo walk."""
     typed: Any = dict[str, cluster_config()]  # type: ignore[misc]
-    model: type[Config] = create_model("Config", __base__=Config, clusters=(typed, Field(default_factory=dict)))
+    model: type[Config] = create_model("Config", __base__=Config, clusters=(typed, Field(default_factory=empty_dict)))
     return model
 
 
