@@ -95,6 +95,35 @@ def test_the_defaults_and_flags_need_no_settings_source(tmp_path: Path, monkeypa
     assert type(read) is Config and read.rules.skew_tolerance_s == 45 and pickle.loads(pickle.dumps(read)) == read
 
 
+def test_a_new_process_collects_again_once_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process's own command line holds off cyclic garbage collection while the command starts:
+    a diagnosis collects again from its first attempt on, and a command that fails before that
+    leaves collection as it found it."""
+    import atexit
+    import gc
+
+    from workload_attribution.cli import common, main
+
+    monkeypatch.setattr(atexit, "register", lambda fn: fn)  # this is not the process's own exit
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # nor its objects to keep for good
+    held_at_start: list[bool] = []
+    started = common.started
+    monkeypatch.setattr(common, "started", lambda: (held_at_start.append(not gc.isenabled()), started())[1])
+    out = tmp_path / "out"
+    monkeypatch.setattr(
+        sys, "argv", ["attribution", "diagnose", str(EXAMPLE), "--inline", "--no-warehouse", "--out", str(out)]
+    )
+    assert main() == 0 and (out / f"{EXAMPLE.name}.json").is_file()
+    assert held_at_start[0] and gc.isenabled()
+    held_at_start.clear()
+    monkeypatch.setattr(sys, "argv", ["attribution", "diagnose", str(tmp_path / "no-such-bundle"), "--inline"])
+    assert main() == 2 and gc.isenabled()
+    monkeypatch.setattr(sys, "argv", ["attribution", "--version"])
+    with pytest.raises(SystemExit):
+        main()
+    assert gc.isenabled()
+
+
 CLUSTER_TYPOS = """\
 clusters:
   eos:
