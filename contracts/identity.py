@@ -76,7 +76,8 @@ class AttemptId(BaseModel):
 class Window(BaseModel):
     """An explicit scope: these hosts over this time window, with no scheduler record."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # built when first used (a bundle's or a job's target has none); Target holds its schema
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     nodes: list[Name] = Field(min_length=1, max_length=10_000)
     start: datetime

@@ -65,6 +65,24 @@ class Contract(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
 
+# What a diagnosis often goes without (an undecided verdict's candidates and what would settle it,
+# fleet memory and novelty: with a warehouse; a connector's details: each its own) builds its
+# validator when first used, not at import (`LATER`): a new process builds only those its attempt
+# makes. Diagnosis, built at import, holds their schemas in its own.
+LATER = ConfigDict(defer_build=True)
+
+
+# Empty defaults are made by these, not by the builtins `list` and `dict`: building a model, pydantic
+# asks each default factory for its signature, and a builtin's is parsed from its text by the
+# tokenizer (~0.2 ms each, and ~5 ms to compile the tokenizer's expression the first time).
+def empty_list() -> list[Any]:
+    return []
+
+
+def empty_dict() -> dict[str, Any]:
+    return {}
+
+
 # Times outside this span are not a log's or a scheduler's: refused in a scope, unparsed in a line.
 EARLIEST = datetime(1970, 1, 2, tzinfo=timezone.utc)
 LATEST = datetime(2200, 1, 1, tzinfo=timezone.utc)
@@ -191,7 +209,7 @@ class CoverageDetails(BaseModel):
 class Details(CoverageDetails):
     """Base of a connector's own details model: its keys, and no other."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # as LATER, for every connector's own
 
 
 class Coverage(Contract):
@@ -202,7 +220,7 @@ class Coverage(Contract):
     connector: str
     status: CoverageStatus
     observations: int = 0
-    nodes: list[str] = Field(default_factory=list, description="nodes this source delivered data for")
+    nodes: list[str] = Field(default_factory=empty_list, description="nodes this source delivered data for")
     unparsed: int = Field(default=0, description="records/lines that could not be read faithfully")
     files: int = 0
     error: str | None = None
@@ -223,7 +241,7 @@ class Observation(Contract):
     series: str | None = None
     value: float | None = None
     kind: str = "line"
-    attrs: dict[str, Any] = Field(default_factory=dict)
+    attrs: dict[str, Any] = Field(default_factory=empty_dict)
 
 
 class Evidence(Contract):
@@ -246,7 +264,7 @@ class Symptom(Contract):
     title: str | None = None
     node: str | None = None
     rank: int | None = None
-    ranks: list[int] = Field(default_factory=list)
+    ranks: list[int] = Field(default_factory=empty_list)
     component: str | None = None
     first_seen: datetime | None = None
     last_seen: datetime | None = None
@@ -254,8 +272,8 @@ class Symptom(Contract):
     demoted_by: str | None = None
     interesting: bool = False
     rule: str | None = None
-    evidence: list[str] = Field(default_factory=list)
-    details: dict[str, Any] = Field(default_factory=dict)
+    evidence: list[str] = Field(default_factory=empty_list)
+    details: dict[str, Any] = Field(default_factory=empty_dict)
 
 
 class RootCause(Contract):
@@ -264,27 +282,31 @@ class RootCause(Contract):
     node: str | None = None
     component: str | None = None
     first_seen: datetime | None = None
-    evidence: list[str] = Field(default_factory=list)
-    details: dict[str, Any] = Field(default_factory=dict)
+    evidence: list[str] = Field(default_factory=empty_list)
+    details: dict[str, Any] = Field(default_factory=empty_dict)
 
 
 class Candidate(Contract):
+    model_config = LATER
+
     symptom: str
     terminal_state: TerminalState | None = None
     sub_domain: SubDomain | None = None
     node: str | None = None
     first_seen: datetime | None = None
-    evidence: list[str] = Field(default_factory=list)
+    evidence: list[str] = Field(default_factory=empty_list)
 
 
 class RulesStamp(Contract):
     version: str
-    fired: list[str] = Field(default_factory=list)
-    failed: list[dict[str, str]] = Field(default_factory=list)
+    fired: list[str] = Field(default_factory=empty_list)
+    failed: list[dict[str, str]] = Field(default_factory=empty_list)
 
 
 class PastAttempt(Contract):
     """Another attempt that blamed the same node or switch port (fleet memory)."""
+
+    model_config = LATER
 
     cluster: str
     job_id: str
@@ -299,6 +321,8 @@ class SubjectHistory(Contract):
     """How often one blamed node or switch port was root (and cascade) of other attempts in the
     warehouse, in the 7 and 30 days ending at this attempt's end."""
 
+    model_config = LATER
+
     kind: str = Field(description="node | switch_port")
     subject: str = Field(description="a host, or a switch port as switch:port")
     root_7d: int = 0
@@ -307,25 +331,31 @@ class SubjectHistory(Contract):
     cascade_30d: int = 0
     last_root: datetime | None = None
     last_cascade: datetime | None = None
-    attempts: list[PastAttempt] = Field(default_factory=list, description="the latest first, at most memory.listed")
+    attempts: list[PastAttempt] = Field(
+        default_factory=empty_list, description="the latest first, at most memory.listed"
+    )
     more: int = Field(default=0, description="attempts of the 30 days not listed")
 
 
 class Escalation(Contract):
     """The recommended action raised because a blamed subject keeps failing (memory.escalate_at)."""
 
+    model_config = LATER
+
     from_action: Action
     to_action: Action
     ticket: str | None = Field(default=None, description="the ticket to open besides the action: hardware | network")
-    subjects: list[str] = Field(default_factory=list)
+    subjects: list[str] = Field(default_factory=empty_list)
     reason: str
 
 
 class History(Contract):
     """Fleet memory: what the warehouse knew of the blamed subjects when this attempt was diagnosed."""
 
+    model_config = LATER
+
     window_end: datetime = Field(description="the attempt's end: the 7 and 30 days end here")
-    subjects: list[SubjectHistory] = Field(default_factory=list)
+    subjects: list[SubjectHistory] = Field(default_factory=empty_list)
     escalation: Escalation | None = None
 
 
@@ -333,17 +363,23 @@ class MissingEvidence(Contract):
     """Evidence not collected that would decide an ambiguous or insufficient verdict: this source,
     of these hosts, in this window, would separate these candidates."""
 
+    model_config = LATER
+
     source: str
-    hosts: list[str] = Field(default_factory=list, description="the hosts whose records are missing; none: the job's")
+    hosts: list[str] = Field(
+        default_factory=empty_list, description="the hosts whose records are missing; none: the job's"
+    )
     start: datetime | None = None
     end: datetime | None = None
-    separates: list[str] = Field(default_factory=list, description="the readings it would decide between")
+    separates: list[str] = Field(default_factory=empty_list, description="the readings it would decide between")
     reason: str = Field(description="what it would show, in one sentence")
 
 
 class NovelTemplate(Contract):
     """A log template (a line with what varies masked) this attempt logged that its job's last good
     attempt did not, or that is rare in the fleet: what no rule read, for a person to look at first."""
+
+    model_config = LATER
 
     template: str
     level: str = Field(description="error | warning | info, from its words")
@@ -359,6 +395,8 @@ class NovelTemplate(Contract):
 
 class Novelty(Contract):
     """What `novel_templates` was computed against, and what it could not see."""
+
+    model_config = LATER
 
     baseline: str | None = Field(default=None, description="the job's last good attempt compared with, if any")
     baseline_diagnosis_id: str | None = None
@@ -377,23 +415,23 @@ class Diagnosis(Contract):
     sub_domain: SubDomain
     confidence: Confidence
     root_cause: RootCause | None = None
-    affected_nodes: list[str] = Field(default_factory=list)
-    affected_components: list[str] = Field(default_factory=list)
-    candidates: list[Candidate] = Field(default_factory=list)
-    symptoms: list[Symptom] = Field(default_factory=list)
+    affected_nodes: list[str] = Field(default_factory=empty_list)
+    affected_components: list[str] = Field(default_factory=empty_list)
+    candidates: list[Candidate] = Field(default_factory=empty_list)
+    symptoms: list[Symptom] = Field(default_factory=empty_list)
     recommended_action: Action
     explanation: str = ""
-    notes: list[str] = Field(default_factory=list)
-    coverage: list[Coverage] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=empty_list)
+    coverage: list[Coverage] = Field(default_factory=empty_list)
     rules: RulesStamp
-    evidence: list[Evidence] = Field(default_factory=list)
+    evidence: list[Evidence] = Field(default_factory=empty_list)
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     would_settle: list[MissingEvidence] = Field(
-        default_factory=list, description="ambiguous or insufficient_evidence: what would decide it"
+        default_factory=empty_list, description="ambiguous or insufficient_evidence: what would decide it"
     )
     history: History | None = Field(default=None, description="fleet memory, when a warehouse was read")
     novel_templates: list[NovelTemplate] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="doubtful verdicts: log templates new to the job or rare in the fleet, errors first, then earliest",
     )
     novelty: Novelty | None = Field(default=None, description="doubtful verdicts: what novel_templates compared with")

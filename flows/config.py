@@ -19,15 +19,9 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
-from pydantic_settings import (
-    BaseSettings,
-    EnvSettingsSource,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    YamlConfigSettingsSource,
-)
 
 from workload_attribution.contracts.errors import BadInput
+from workload_attribution.contracts.models import empty_dict  # as contracts/models.py's own
 from workload_attribution.rules.engine import Settings as RuleSettings
 from workload_attribution.tasks.memory import MemoryPolicy
 from workload_attribution.warehouse.archive import ArchiveSettings
@@ -160,8 +154,13 @@ class BackfillConfig(BaseModel):
     bundles_dir: str | None = Field(None, description="offline: a directory tree of attempt bundles to backfill")
 
 
-class Config(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ATTRIBUTION_", env_nested_delimiter="__", extra="forbid")
+ENV_PREFIX = "ATTRIBUTION_"
+
+
+class Config(BaseModel):
+    """The configuration, as load_config reads it (settings_config: the file and the environment)."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)  # as pydantic-settings' BaseSettings
 
     warehouse: str = Field(
         default_factory=default_warehouse,
@@ -169,7 +168,7 @@ class Config(BaseSettings):
     )
     rules_dir: str | None = None
     rules: RuleSettings = Field(default_factory=RuleSettings)
-    clusters: dict[str, AnyCluster] = Field(default_factory=dict)
+    clusters: dict[str, AnyCluster] = Field(default_factory=empty_dict)
     service: ServiceConfig = Field(default_factory=ServiceConfig)
     backfill: BackfillConfig = Field(default_factory=BackfillConfig)
     archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
@@ -184,24 +183,57 @@ class Config(BaseSettings):
             raise BadInput(f"cluster {name!r} is not configured (configured: {', '.join(self.clusters) or 'none'})")
         return name, self.clusters[name]
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        path = os.environ.get("ATTRIBUTION_CONFIG") or "attribution.yaml"
-        if any(name.upper().startswith("ATTRIBUTION_CLUSTERS") for name in os.environ):
-            # ATTRIBUTION_CLUSTERS__<name>__... are parsed by what the cluster model says each key
-            # holds (JSON for a block, text for a value): read them as the typed model declares them
-            env_settings = EnvSettingsSource(typed_config())
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        if Path(path).is_file():
-            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
-        return tuple(sources)
+
+def _config_file() -> str:
+    return os.environ.get("ATTRIBUTION_CONFIG") or "attribution.yaml"
+
+
+def said_elsewhere() -> bool:
+    """Whether a file or the environment says anything of the configuration: a variable named for
+    one of its keys (ATTRIBUTION_WAREHOUSE, ATTRIBUTION_RULES__..., any case, as pydantic-settings
+    matches them), or the file. Otherwise it is the defaults and the flags, and reading it needs no
+    settings source."""
+    keys = tuple(ENV_PREFIX + name.upper() for name in Config.model_fields)
+    return any(name.upper().startswith(keys) for name in os.environ) or Path(_config_file()).is_file()
+
+
+@cache
+def settings_config() -> type[Config]:
+    """Config read by pydantic-settings: defaults < file < environment < init values. Built when a
+    file or the environment says something (said_elsewhere): importing pydantic-settings costs a new
+    process ~40 ms (asyncio, every provider of settings), which a bundle diagnosed with the defaults
+    and flags never needs."""
+    from pydantic_settings import (
+        BaseSettings,
+        EnvSettingsSource,
+        PydanticBaseSettingsSource,
+        SettingsConfigDict,
+        YamlConfigSettingsSource,
+    )
+
+    class SettingsConfig(Config, BaseSettings):
+        model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid")
+
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            path = _config_file()
+            if any(name.upper().startswith(ENV_PREFIX + "CLUSTERS") for name in os.environ):
+                # ATTRIBUTION_CLUSTERS__<name>__... are parsed by what the cluster model says each key
+                # holds (JSON for a block, text for a value): read them as the typed model declares them
+                env_settings = EnvSettingsSource(cast("type[BaseSettings]", typed_config()))
+            sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+            if Path(path).is_file():
+                sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+            return tuple(sources)
+
+    return SettingsConfig
 
 
 @cache
@@ -209,8 +241,8 @@ def typed_config() -> type[Config]:
     """Config with the cluster model in the annotation of `clusters` (built on first use): what
     reading ATTRIBUTION_CLUSTERS__... variables and naming the keys allowed beside a typo walk."""
     typed: Any = dict[str, cluster_config()]  # type: ignore[misc]
-    model: type[Config] = create_model("Config", __base__=Config, clusters=(typed, Field(default_factory=dict)))
-    return model
+    model: Any = create_model("Config", __base__=settings_config(), clusters=(typed, Field(default_factory=empty_dict)))
+    return cast("type[Config]", model)
 
 
 class ConfigError(BadInput):
@@ -285,10 +317,15 @@ def load_config(path: str | None = None, **overrides: Any) -> Config:
     elif os.environ.get("ATTRIBUTION_CONFIG") and not Path(os.environ["ATTRIBUTION_CONFIG"]).is_file():
         # named, so meant: a file that is not there is an error, as with --config (not the defaults)
         raise ConfigError([f"config file {os.environ['ATTRIBUTION_CONFIG']} (ATTRIBUTION_CONFIG) does not exist"])
+    given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        return Config(**{k: v for k, v in overrides.items() if v is not None})
+        if not said_elsewhere():
+            return Config(**given)
+        read = settings_config()(**given)
+        # as a Config (what is pickled to a flow run, compared, copied), its values as validated
+        return Config.model_construct(read.model_fields_set, **dict(read))
     except ValidationError as exc:
         raise ConfigError(config_problems(exc)) from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        where = os.environ.get("ATTRIBUTION_CONFIG") or "attribution.yaml"
+        where = _config_file()
         raise ConfigError([f"{where}: not valid YAML: {str(exc).splitlines()[0]}"]) from None

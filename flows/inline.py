@@ -9,16 +9,16 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from workload_attribution.contracts.actions import ActionRecord
 from workload_attribution.contracts.errors import TransientSourceError
 from workload_attribution.contracts.identity import Target
 from workload_attribution.contracts.models import Diagnosis
 from workload_attribution.flows.pipeline import RETRY_DELAYS_S, Options, act, attribute_story
 from workload_attribution.tasks import steps
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # what a bundle's diagnosis never builds (the actions' record: only once stored)
     from workload_attribution.connectors.clusters import Cluster
     from workload_attribution.connectors.registry import Collected
+    from workload_attribution.contracts.actions import ActionRecord
     from workload_attribution.contracts.models import Coverage
     from workload_attribution.rules.engine import Settings
     from workload_attribution.rules.pack import Pack

@@ -7,25 +7,21 @@ the rules gave, and that state (a replay from a later point starts from it).
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from workload_attribution.contracts.errors import first_line
-from workload_attribution.contracts.models import Diagnosis
-from workload_attribution.rules.diff import prefix_digest
-from workload_attribution.rules.engine import Settings
-from workload_attribution.rules.pack import Pack
 from workload_attribution.staging.database import connected
-from workload_attribution.staging.snapshot import EVIDENCE_TABLES, dump
-from workload_attribution.warehouse.archive import (
-    Archive,
-    Checkpoint,
-    EvidenceTooLarge,
-    Manifest,
-    Outcome,
-    Packed,
-    settings_dict,
-)
+
+# Every attempt's rules keep their checkpoints (keep_checkpoint); what archives them (the snapshot,
+# the rules' digests, the archive's models) is imported when an attempt is archived: an attempt
+# with no warehouse is not, and a new process pays for none of it.
+if TYPE_CHECKING:
+    from workload_attribution.contracts.models import Diagnosis
+    from workload_attribution.rules.engine import Settings
+    from workload_attribution.rules.pack import Pack
+    from workload_attribution.warehouse.archive import Checkpoint, Outcome
 
 log = logging.getLogger("attribution.archive")
 
@@ -53,6 +49,8 @@ def _kept_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
 
 
 def _kept_text(con: duckdb.DuckDBPyConnection, point: str, table: str, made: set[str]) -> str | None:
+    from workload_attribution.staging.snapshot import dump
+
     kept = f"{table}_{point}"
     if kept not in made:
         return None
@@ -62,6 +60,8 @@ def _kept_text(con: duckdb.DuckDBPyConnection, point: str, table: str, made: set
 
 
 def _checkpoint(con: duckdb.DuckDBPyConnection, point: str, prefix: str, made: set[str]) -> Checkpoint | None:
+    from workload_attribution.warehouse.archive import Checkpoint
+
     texts = {table: _kept_text(con, point, table, made) for table in KEPT[point]}
     if any(text is None for text in texts.values()):  # the run never reached the point
         return None
@@ -80,6 +80,10 @@ def archive_attempt(
 ) -> str | None:
     """Archive one diagnosed attempt; None when done, else the note the diagnosis carries instead
     (an archive that cannot be written never costs the diagnosis)."""
+    from workload_attribution.rules.diff import prefix_digest
+    from workload_attribution.staging.snapshot import EVIDENCE_TABLES, dump
+    from workload_attribution.warehouse.archive import Archive, EvidenceTooLarge, Manifest, Packed, settings_dict
+
     try:
         packed = Packed(max_bytes)
         with connected(staging) as con:

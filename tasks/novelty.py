@@ -32,18 +32,13 @@ import duckdb
 
 from workload_attribution.contracts.models import AttemptScope, Diagnosis, NovelTemplate, Novelty
 from workload_attribution.contracts.vocabulary import Confidence, Role, SubDomain, TerminalState
-from workload_attribution.tasks.templates import Template, Templates, mask_expression, order_of, templates_of
-from workload_attribution.warehouse.templates import (
-    AttemptTemplates,
-    StoredAttempt,
-    TemplateRow,
-    fleet_counts,
-    last_good,
-    rows_of,
-)
 
-if TYPE_CHECKING:  # a diagnosis with no warehouse never loads it
+# The templates (their reader and the warehouse's rows of them) are imported when a diagnosis is
+# stored: one with no warehouse only says it had nothing to compare with (without_warehouse).
+if TYPE_CHECKING:
+    from workload_attribution.tasks.templates import Template, Templates
     from workload_attribution.warehouse.store import Warehouse
+    from workload_attribution.warehouse.templates import AttemptTemplates, StoredAttempt
 
 # Templates kept per attempt in the warehouse: the most frequent, then the earliest. A busy attempt
 # has a few dozen to a few hundred; a row is ~300 bytes as logged (at most ~1.5 KB: a 400-character
@@ -81,6 +76,9 @@ def bundle_of(sources: dict[str, tuple[str, Any]]) -> Path | None:
 
 def stored(t: Templates, cap: int = STORED_TEMPLATES) -> AttemptTemplates:
     """The rows an attempt keeps: its `cap` most frequent templates, then the earliest."""
+    from workload_attribution.tasks.templates import order_of
+    from workload_attribution.warehouse.templates import AttemptTemplates, TemplateRow
+
     kept = sorted(t.templates.values(), key=lambda x: (-x.count, order_of(x), x.template))[:cap]
     return AttemptTemplates(
         rows=[
@@ -105,6 +103,8 @@ def stored(t: Templates, cap: int = STORED_TEMPLATES) -> AttemptTemplates:
 def from_warehouse(label: str, scope: AttemptScope, kept: AttemptTemplates) -> Templates:
     """An attempt's templates as the warehouse keeps them, in the shape a bundle's read has (for
     `attribution diff`): its rows, the lines they were read from, and a note when it kept fewer."""
+    from workload_attribution.tasks.templates import Template, Templates
+
     out = Templates(bundle=label, scope=scope, lines=kept.lines_read)
     for r in kept.rows:
         out.templates[r.template] = Template(
@@ -144,6 +144,8 @@ def read_templates(
     """The diagnosis (with `novel_templates` when doubtful) and the template rows its attempt keeps;
     (d, None) for a confident failure, which costs nothing: no bundle is read. Never raises: a
     bundle or warehouse that cannot be read is the novelty's note, and the diagnosis is stored."""
+    from workload_attribution.tasks import templates
+
     if not keeps_templates(d):
         return d, None
     d = d.model_copy(deep=True)
@@ -153,7 +155,7 @@ def read_templates(
             d.novelty = Novelty(note="no bundle: log templates are read from a bundle's logs, not from live sources")
         return d, None
     try:
-        t = (read or templates_of)(bundle)
+        t = (read or templates.templates_of)(bundle)
     except Exception as exc:  # a bundle gone since it was diagnosed: the diagnosis still stands
         if doubtful(d):
             d.novelty = Novelty(note=f"the bundle's logs could not be read again: {type(exc).__name__}: {exc}"[:500])
@@ -169,6 +171,9 @@ def read_templates(
 
 def novel(d: Diagnosis, t: Templates, wh: Warehouse) -> Diagnosis:
     """`novel_templates` and `novelty` of a doubtful diagnosis, against the warehouse."""
+    from workload_attribution.tasks.templates import order_of
+    from workload_attribution.warehouse.templates import fleet_counts, last_good, rows_of
+
     a = d.attempt
     key = [a.cluster, a.scheduler, a.job_id, a.attempt]
 
@@ -255,6 +260,8 @@ def explained(d: Diagnosis) -> set[str]:
     lines = [e for e in d.evidence if e.id in ids]
     if not lines:
         return set()
+    from workload_attribution.tasks.templates import mask_expression
+
     con = duckdb.connect()
     try:
         texts = [e.text for e in lines]

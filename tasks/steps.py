@@ -45,10 +45,10 @@ from workload_attribution.staging.normalize import normalize
 from workload_attribution.staging.observations import insert_observations, non_finite
 from workload_attribution.tasks import novelty
 from workload_attribution.tasks.archiving import keep_checkpoint
-from workload_attribution.tasks.keeping import Keeping, keep
 
 if TYPE_CHECKING:  # a cluster's model joins every registered source's (~0.1 s to build): a bundle needs none
     from workload_attribution.connectors.clusters import Cluster
+    from workload_attribution.tasks.keeping import Keeping  # what is kept beside a warehouse: imported with it
 
 
 @dataclass
@@ -368,6 +368,7 @@ def publish(
     verdict's novel log templates, and a doubtful or completed attempt's templates kept with it
     (tasks/novelty.py: a second read of the bundle, for those attempts only)."""
     if warehouse_path:
+        from workload_attribution.tasks.keeping import Keeping, keep
         from workload_attribution.warehouse.store import Warehouse
 
         topology = None

@@ -25,15 +25,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import zstandard
 from pydantic import BaseModel, ConfigDict, Field
 
 from workload_attribution.contracts.errors import BadInput
 from workload_attribution.contracts.models import AttemptScope, Coverage, Diagnosis
-from workload_attribution.warehouse.backends import parse_lake
-from workload_attribution.warehouse.objects import ObjectInfo, ObjectStore, open_store
+
+# ArchiveSettings is part of every configuration, and location_for of every diagnosis' options: the
+# stores the archive is written to, zstd (~7 ms) and a lake's address are imported when it is.
+if TYPE_CHECKING:
+    from workload_attribution.warehouse.objects import ObjectInfo, ObjectStore
 
 FORMAT = 1
 ZSTD_LEVEL = 6  # measured: within 5% of level 19's size on staged logs, at a tenth of its time
@@ -63,6 +65,8 @@ def location_for(warehouse: str, settings: ArchiveSettings) -> str | None:
         return None
     if settings.location:
         return settings.location
+    from workload_attribution.warehouse.backends import parse_lake
+
     lake = parse_lake(warehouse)
     if lake is not None:
         return lake.data_path.rstrip("/") + "/archive"
@@ -70,8 +74,12 @@ def location_for(warehouse: str, settings: ArchiveSettings) -> str | None:
     return str(path.with_name(f"{path.stem}-archive"))
 
 
+# The archive's models build their validators when first used (defer_build), not at import: every
+# configuration imports this module for ArchiveSettings, and an attempt with no warehouse archives nothing.
 class Outcome(BaseModel):
     """What a rules impact compares: the verdict, its root, the hosts blamed and the action."""
+
+    model_config = ConfigDict(defer_build=True)
 
     terminal_state: str
     sub_domain: str
@@ -118,6 +126,8 @@ class Checkpoint(BaseModel):
     """The state at one point of the run (rules/phases.py RESUMABLE), valid for any pack whose
     prefix_digest for that point is `prefix`."""
 
+    model_config = ConfigDict(defer_build=True)  # as Outcome
+
     prefix: str
     events: str = Field(description="staging/snapshot.py text of the events table")
     tables: dict[str, str] = Field(
@@ -126,7 +136,7 @@ class Checkpoint(BaseModel):
 
 
 class Manifest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)  # as Outcome
 
     format: int = FORMAT
     diagnosis_id: str
@@ -151,6 +161,8 @@ class Packed:
         self.limit = limit_bytes
         self.size = 0
         self._hash = hashlib.sha256()
+        import zstandard
+
         self._out = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compressobj()
         self._parts: list[bytes] = []
 
@@ -205,6 +217,8 @@ def manifest_key(diagnosis_id: str, digest: str) -> str:
 
 class Archive:
     def __init__(self, store: ObjectStore | str):
+        from workload_attribution.warehouse.objects import open_store
+
         self.store = open_store(store) if isinstance(store, str) else store
 
     def __str__(self) -> str:
@@ -217,6 +231,8 @@ class Archive:
         if not any(o.key == key for o in self.store.list(key)):
             self.store.put(key, evidence)
         mine = manifest_key(manifest.diagnosis_id, manifest.digest)
+        import zstandard
+
         body = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(manifest.model_dump_json().encode())
         self.store.put(mine, body)
         for old in self.store.list(f"attempts/{manifest.diagnosis_id}/"):
@@ -288,6 +304,8 @@ def _total(entries: list[Entry], blobs: dict[str, ObjectInfo]) -> int:
 
 
 def _unzstd(data: bytes, key: str) -> bytes:
+    import zstandard
+
     try:
         return zstandard.ZstdDecompressor().decompressobj().decompress(data)
     except zstandard.ZstdError as exc:

@@ -118,8 +118,18 @@ def main(argv: list[str] | None = None) -> int:
         # after a diagnosis), memory the OS takes back anyway: frozen, the search skips them. Runs after
         # the exit callbacks registered later (Prefect's, temporary directories'), which still run.
         atexit.register(gc.freeze)
+        common.hold_gc()  # until the command has started (common.started), at the latest when it returns
+    try:
+        return _command(argv)
+    finally:
+        common.started()
+
+
+def _command(argv: list[str] | None) -> int:
     named = _named_command(sys.argv[1:] if argv is None else argv)
     args = build_parser((named,) if named else COMMANDS).parse_args(argv)
+    if not getattr(args, "says_started", False):  # a command that does says when its start is over
+        common.started()
     try:
         return args.func(args)
     except common.Exit as done:

@@ -58,7 +58,7 @@ def add(sub: Any) -> None:
         help="collect only the sources the stored diagnosis says would settle it (would_settle), the rest "
         "from the evidence archive, and diagnose again",
     )
-    d.set_defaults(func=run)
+    d.set_defaults(func=run, says_started=True)  # common.started: before the first attempt
 
 
 def summary(d: Any) -> str:
@@ -207,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
     if args.remote:
         from workload_attribution.cli import remote
 
+        common.started()
         return remote.run(args)
     use_prefect = args.prefect or (bool(os.environ.get("PREFECT_API_URL")) and not args.inline)
     if args.retry_missing and (use_prefect or args.no_warehouse):
@@ -235,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = cfg.model_copy(update={"warehouse": warehouse or ""})
     diagnose = _prefect_runner(args, cfg) if use_prefect else _inline_runner(cfg, pack, args.retry_missing)
     progress = common.Progress(args, force=len(todo) > 1)  # a batch says how each attempt went, tty or not
+    common.started()  # imports, configuration, pack and runner ready
     status = EXIT_OK
     for i, target in enumerate(todo, 1):
         status = max(

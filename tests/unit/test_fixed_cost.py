@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from workload_attribution.flows.config import ConfigError, load_config
+from workload_attribution.flows.config import Config, ConfigError, load_config, said_elsewhere, settings_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "tests" / "examples" / "xid149-worked"
@@ -37,6 +37,12 @@ NOT_IMPORTED = (
     "workload_attribution.actions.registry",
     "workload_attribution.service",
     "workload_attribution.warehouse.store",  # with --no-warehouse: the store and its writer (~20 ms)
+    # with no warehouse, nothing is archived nor compared: the archive's stores, zstd, the templates
+    "workload_attribution.warehouse.objects",
+    "zstandard",
+    "workload_attribution.tasks.templates",
+    "workload_attribution.warehouse.templates",
+    "pydantic_settings",  # no file, no ATTRIBUTION_<key> variable: no settings source (~40 ms with asyncio)
 )
 
 PROBE = """
@@ -69,6 +75,53 @@ def test_diagnose_inline_imports_only_what_a_bundle_uses(tmp_path: Path) -> None
     assert seen["code"] == 0 and seen["terminal_state"]  # it did diagnose
     loaded = {m for m in seen["modules"] if any(m == n or m.startswith(n + ".") for n in NOT_IMPORTED)}
     assert not loaded, f"a bundle's diagnosis imported {sorted(loaded)}: make the import lazy where it is used"
+
+
+def test_the_defaults_and_flags_need_no_settings_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No file and no variable naming a key: load_config gives what pydantic-settings would, without
+    it; a variable naming a key (in any case, as pydantic-settings matches them) is read by it."""
+    monkeypatch.chdir(tmp_path)  # no ./attribution.yaml
+    for name in os.environ:
+        if name.upper().startswith("ATTRIBUTION_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("ATTRIBUTION_API_TOKEN", "not a key of the configuration")
+    assert not said_elsewhere()
+    plain = load_config(warehouse="w.duckdb")
+    assert type(plain) is Config
+    assert plain.model_dump() == settings_config()(warehouse="w.duckdb").model_dump()
+    monkeypatch.setenv("attribution_rules__skew_tolerance_s", "45")
+    assert said_elsewhere()
+    read = load_config()
+    assert type(read) is Config and read.rules.skew_tolerance_s == 45 and pickle.loads(pickle.dumps(read)) == read
+
+
+def test_a_new_process_collects_again_once_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process's own command line holds off cyclic garbage collection while the command starts:
+    a diagnosis collects again from its first attempt on, and a command that fails before that
+    leaves collection as it found it."""
+    import atexit
+    import gc
+
+    from workload_attribution.cli import common, main
+
+    monkeypatch.setattr(atexit, "register", lambda fn: fn)  # this is not the process's own exit
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # nor its objects to keep for good
+    held_at_start: list[bool] = []
+    started = common.started
+    monkeypatch.setattr(common, "started", lambda: (held_at_start.append(not gc.isenabled()), started())[1])
+    out = tmp_path / "out"
+    monkeypatch.setattr(
+        sys, "argv", ["attribution", "diagnose", str(EXAMPLE), "--inline", "--no-warehouse", "--out", str(out)]
+    )
+    assert main() == 0 and (out / f"{EXAMPLE.name}.json").is_file()
+    assert held_at_start[0] and gc.isenabled()
+    held_at_start.clear()
+    monkeypatch.setattr(sys, "argv", ["attribution", "diagnose", str(tmp_path / "no-such-bundle"), "--inline"])
+    assert main() == 2 and gc.isenabled()
+    monkeypatch.setattr(sys, "argv", ["attribution", "--version"])
+    with pytest.raises(SystemExit):
+        main()
+    assert gc.isenabled()
 
 
 CLUSTER_TYPOS = """\

@@ -18,7 +18,7 @@ from workload_attribution.cli.diagnose import summary
 from workload_attribution.contracts.vocabulary import Confidence, SubDomain, TerminalState
 from workload_attribution.dashboard import diagnosis_page
 from workload_attribution.rules.pack import default_pack
-from workload_attribution.tasks import novelty
+from workload_attribution.tasks import novelty, templates
 from workload_attribution.warehouse.store import Warehouse
 
 FIRST = 3  # what `attribution diagnose` shows
@@ -87,13 +87,13 @@ def test_a_confident_diagnosis_reads_no_templates(tmp_path, monkeypatch):
     """The second pass over the bundle is for doubtful and completed attempts only: a confident
     failure diagnosis costs nothing more, and keeps no rows."""
     calls: list[Path] = []
-    real = novelty.templates_of
+    real = templates.templates_of
 
     def counted(bundle: Path, *args, **kwargs):
         calls.append(Path(bundle))
         return real(bundle, *args, **kwargs)
 
-    monkeypatch.setattr(novelty, "templates_of", counted)
+    monkeypatch.setattr(templates, "templates_of", counted)
     wh = tmp_path / "w.duckdb"
     d = diagnose(WORKED, warehouse=wh)
     assert d.confidence == "high" and not novelty.doubtful(d)
