@@ -9,6 +9,11 @@ RE2 alternation (staging/database.py contains_any): the fallback, slower per lin
 A literal is matched byte for byte in the line's UTF-8 (so character for character), case
 sensitive, as RE2 matches the escaped alternation; one holding a line break can hold no line and
 is left out, as splitting leaves it out of every line.
+
+A few RE2 patterns (the concepts' words, rules/python/concepts.py) are also asked of a few texts
+at once, one database of them (`patterns`): which match somewhere in a text, as DuckDB's
+regexp_matches would say. Hyperscan gets each in a form it reads as RE2 does (`hyperscan_form`);
+a pattern it may read otherwise, or refuses, is left to RE2.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import threading
 from collections.abc import Callable, Iterator
 from functools import lru_cache
@@ -168,14 +174,15 @@ def _decoded(line: bytes) -> str:
     return decode(line)[0]
 
 
-def _compile(hs: Any, patterns: list[bytes]) -> Any:
+def _compile(hs: Any, patterns: list[bytes], flags: int | None = None) -> Any:
+    """The database of literals, or with `flags` of regular expressions (ids: their positions)."""
     db = hs.Database(mode=hs.HS_MODE_BLOCK)
     db.compile(
         expressions=patterns,
         ids=list(range(len(patterns))),
         elements=len(patterns),
-        flags=[0] * len(patterns),
-        literal=True,
+        flags=[flags or 0] * len(patterns),
+        literal=flags is None,
     )
     return db
 
@@ -201,26 +208,30 @@ def _platform(hs: Any) -> str:
     return hashlib.sha256(hs.dumpb(_compile(hs, [b"attribution"]))).hexdigest()[:16]
 
 
-def _cache_key(hs: Any, patterns: list[bytes]) -> str:
+def _cache_key(hs: Any, patterns: list[bytes], flags: int | None = None) -> str:
     version = getattr(hs, "__version__", "?")
-    digest = hashlib.sha256(f"{_CACHE_FORMAT}|{version}|{platform.machine()}|{_platform(hs)}|{len(patterns)}|".encode())
+    kind = "" if flags is None else f"regex {flags}|"  # a literal database's key as it always was
+    digest = hashlib.sha256(
+        f"{_CACHE_FORMAT}|{version}|{platform.machine()}|{_platform(hs)}|{len(patterns)}|{kind}".encode()
+    )
     for p in patterns:
         digest.update(len(p).to_bytes(4, "little"))
         digest.update(p)
     return digest.hexdigest()[:40]
 
 
-def _database(hs: Any, patterns: list[bytes]) -> Any:
-    """The compiled database of these literals (ids: their positions), from the cache when it holds it."""
+def _database(hs: Any, patterns: list[bytes], flags: int | None = None) -> Any:
+    """The compiled database of these literals (or with `flags`, regular expressions; ids: their
+    positions), from the cache when it holds it."""
     try:
-        path = _cache_dir() / f"{_cache_key(hs, patterns)}.hsdb"
+        path = _cache_dir() / f"{_cache_key(hs, patterns, flags)}.hsdb"
     except Exception:  # no home to name a cache in: compiled
-        return _compile(hs, patterns)
+        return _compile(hs, patterns, flags)
     try:
         return hs.loadb(path.read_bytes(), hs.HS_MODE_BLOCK)
     except Exception:  # none kept, unreadable, or built for another CPU: compiled, then kept
         pass
-    db = _compile(hs, patterns)
+    db = _compile(hs, patterns, flags)
     try:
         body = hs.dumpb(db)
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -250,8 +261,139 @@ def held_rows(rows: Any, literals: tuple[str, ...]) -> Iterator[tuple[Any, tuple
             yield batch[i][0], held
 
 
+def rows_holding(rows: Any, literals: tuple[str, ...]) -> Iterator[tuple[tuple[Any, ...], tuple[str, ...]]]:
+    """(the row, the literals its text holds) for each row (..., text) of a DuckDB result whose
+    text, its last column, holds one, in order: held_rows' scan, the whole row handed back."""
+    m = matcher(literals)
+    while batch := rows.fetchmany(SCAN_ROWS):
+        joined = "\n".join(row[-1].replace("\n", "\0") for row in batch)
+        for i, held in m.held(joined):
+            yield batch[i], held
+
+
 @lru_cache(maxsize=16)
 def matcher(literals: tuple[str, ...], markers: tuple[str, ...] = ()) -> LineMatcher:
     """The matcher of a set of literals (and markers), compiled once per process (a pack's literals
     for a source)."""
     return LineMatcher(literals, markers)
+
+
+# RE2's shorthand classes as the ASCII classes they are: Hyperscan's \s also takes a vertical tab,
+# and under (?i) RE2 folds \w's case (the Kelvin sign K is a word character to it) where
+# Hyperscan does not; written out, both read and fold a class alike.
+_SHORTHANDS = {"d": "0-9", "w": "0-9A-Za-z_", "s": "\\t\\n\\f\\r "}
+# escapes both read alike: ASCII word boundaries (neither engine is told Unicode's), control characters
+_ALIKE = frozenset("bBtnrf")
+# the groups both read alike; any other flag (m, s, U) changes what ^ $ . mean, differently
+_GROUPS = ("(?:", "(?i:", "(?i)")
+_REPEAT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+# A repeat count above this is left to RE2: in UTF-8 mode each repeated character is an automaton
+# of its own, and `[^`]{1,200}` alone costs Hyperscan ~1 s to compile (the whole pack ~1 s else)
+MAX_REPEAT = 64
+
+
+def hyperscan_form(pattern: str) -> str | None:
+    """The RE2 pattern as Hyperscan (UTF-8 mode, no Unicode properties) reads it the same: whether
+    it matches somewhere in a text, each engine says the same (tests/unit/test_prefilter.py tries
+    them side by side). None when it may read otherwise: a character outside ASCII (case folding
+    by each engine's own Unicode tables), a Unicode class or any escape but the alike ones and
+    punctuation, a POSIX class, a class opening with `]`, a negated shorthand inside a class, a
+    group with other flags, a `{` that is not a repeat count, or one above MAX_REPEAT."""
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        ch = pattern[i]
+        if not ch.isascii():
+            return None
+        if ch == "\\":
+            e = pattern[i + 1 : i + 2]
+            i += 2
+            if e.lower() in _SHORTHANDS:
+                body, negated = _SHORTHANDS[e.lower()], e.isupper()
+                if in_class and negated:
+                    return None
+                out.append(body if in_class else f"[{'^' if negated else ''}{body}]")
+            elif e in _ALIKE and not (in_class and e in "bB"):  # [\b] is a backspace to one, refused by the other
+                out.append("\\" + e)
+            elif e and e.isascii() and not e.isalnum():  # escaped punctuation: itself
+                out.append("\\" + e)
+            else:
+                return None
+        elif in_class:
+            if ch == "[":
+                return None
+            in_class = ch != "]"
+            out.append(ch)
+            i += 1
+        elif ch == "[":
+            j = i + 1 + pattern.startswith("^", i + 1)
+            if pattern.startswith("]", j):
+                return None
+            out.append(pattern[i:j])
+            in_class, i = True, j
+        elif ch == "(" and pattern.startswith("(?", i):
+            group = next((g for g in _GROUPS if pattern.startswith(g, i)), None)
+            if group is None:
+                return None
+            out.append(group)
+            i += len(group)
+        elif ch == "{":
+            m = _REPEAT.match(pattern, i)
+            if not m or int(m.group(2) or m.group(1)) > MAX_REPEAT:
+                return None
+            out.append(m.group())
+            i = m.end()
+        else:
+            # RE2's $ (not multiline) is the end of the text; Hyperscan's also sits before a final line break
+            out.append("\\z" if ch == "$" else ch)
+            i += 1
+    return None if in_class else "".join(out)
+
+
+class PatternMatcher:
+    """Which of a few RE2 patterns match somewhere in a text, by Hyperscan: one database of those
+    it reads alike (`hyperscan_form`), each reported once a text (SINGLEMATCH), compiled once per
+    set of patterns (`patterns`). `refused`: the positions of the others, left to RE2."""
+
+    def __init__(self, patterns: tuple[str, ...]):
+        hs = _hyperscan()
+        forms = {i: f.encode() for i, p in enumerate(patterns) if (f := hyperscan_form(p)) is not None}
+        flags = hs.HS_FLAG_UTF8 | hs.HS_FLAG_SINGLEMATCH
+        try:
+            self._db = _database(hs, list(forms.values()), flags) if forms else None
+        except hs.error:  # one is refused (too large, empty-matching ...): the others, one by one
+            forms = {i: f for i, f in forms.items() if _compiles(hs, f, flags)}
+            self._db = _database(hs, list(forms.values()), flags) if forms else None
+        self._ids = list(forms)  # a database id's pattern position
+        self.refused = tuple(i for i in range(len(patterns)) if i not in forms)
+        self._local = threading.local()
+
+    def matching(self, text: str) -> set[int]:
+        """The positions of the (not refused) patterns that match somewhere in the text."""
+        if self._db is None:
+            return set()
+        found: set[int] = set()
+        ids = self._ids
+
+        def hit(id_: int, _from: int, _to: int, _flags: int, _ctx: Any) -> None:
+            found.add(ids[id_])
+
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = _hyperscan().Scratch(self._db)
+        self._db.scan(text.encode("utf-8", "surrogatepass"), match_event_handler=hit, scratch=scratch)
+        return found
+
+
+def _compiles(hs: Any, pattern: bytes, flags: int) -> bool:
+    try:
+        _compile(hs, [pattern], flags)
+    except hs.error:
+        return False
+    return True
+
+
+@lru_cache(maxsize=8)
+def patterns(regexes: tuple[str, ...]) -> PatternMatcher:
+    """The matcher of a set of RE2 patterns, compiled once per process (a pack's concepts)."""
+    return PatternMatcher(regexes)

@@ -3,7 +3,10 @@ and records no more specific rule claims: one event per line, the first concept 
 that the line says, in its context, at a level that ended something.
 
 1. The lines and records holding any concept's words are staged once (`concept_lines`): a log
-   line as written (a Docker json-file line as its decoded `log`), a record by its text.
+   line as written (a Docker json-file line as its decoded `log`), a record by its text. Where
+   Hyperscan scans, it also says there which concepts each kept line says (each concept's words
+   as one pattern, read as RE2 reads it: staging/prefilter.py hyperscan_form), and only the lines
+   saying one are staged; otherwise (or for a pattern left to RE2) DuckDB's RE2 finds them.
 2. Each concept's words, context (`where_`: on the line, or on a kept line of its file at most
    AROUND lines away, where an exception's message goes on) and exclusions (`unless_`, on the line)
    are written into one query, so DuckDB compiles each pattern once.
@@ -22,7 +25,7 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from workload_attribution.staging.prefilter import engine, held_rows
+from workload_attribution.staging.prefilter import engine, patterns, rows_holding
 
 if TYPE_CHECKING:
     import duckdb
@@ -97,14 +100,23 @@ def _alternation(literals: tuple[str, ...]) -> str:
     return _sql_text("|".join(sorted({_escape(lit) for lit in literals})))
 
 
-def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> int:
+class _Staged(NamedTuple):
+    """What _stage kept: the number of lines staged, and by concept the lines Hyperscan found
+    saying it (`said`); a concept missing from it is RE2's to find (DuckDB's engine, or a pattern
+    Hyperscan may read otherwise)."""
+
+    lines: int
+    said: dict[int, list[int]]
+
+
+def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> _Staged:
     """concept_lines: the staged lines of the concepts' sources (and records' texts) holding one of
     their literals. The lines are scanned at once by Hyperscan (staging/prefilter.py) when it is
     there: its database is compiled once per process (~26 ms), where DuckDB compiles the RE2
     alternation of the ~2,000 literals anew for every attempt (~20-40 ms) and runs it at ~29 us a
     line. Without it, that alternation (one DFA over plain strings, not one alternation of every
     concept's words: case-insensitive groups and joins run RE2 out of DFA, 200 s over 50,000
-    lines). The same lines either way."""
+    lines). The same lines either way (of which Hyperscan stages only those saying a concept)."""
     logs = sorted({s for c in concepts for s in c.sources if s in LOG_SOURCES})
     parts = []
     if logs:
@@ -119,28 +131,54 @@ def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> int:
     staged = f"SELECT obs_id, source, path, lineno, text FROM ({' UNION ALL '.join(parts)})"
     literals = tuple(sorted({lit for c in concepts for lit in c.literals if lit}))
     if engine() == "hyperscan":
-        kept = held_rows(con.execute(f"SELECT obs_id, text FROM ({staged})"), literals)
-        keep = ",".join(str(obs_id) for obs_id, _ in kept)
-        if not keep:  # most attempts: no line says a concept's words, and nothing reads the table then
-            return 0
-        row = con.execute(
-            f"""CREATE OR REPLACE TEMP TABLE concept_lines AS
-                SELECT * FROM ({staged}) WHERE obs_id IN (SELECT unnest(string_split($keep, ','))::BIGINT)""",
-            {"keep": keep},
-        ).fetchone()
-    else:
-        says = _alternation(literals)
-        row = con.execute(
-            f"CREATE OR REPLACE TEMP TABLE concept_lines AS {staged} WHERE regexp_matches(text, {says})"
-        ).fetchone()
-    return row[0] if row else 0
+        return _stage_scanned(con, staged, concepts, literals)
+    says = _alternation(literals)
+    row = con.execute(
+        f"CREATE OR REPLACE TEMP TABLE concept_lines AS {staged} WHERE regexp_matches(text, {says})"
+    ).fetchone()
+    return _Staged(row[0] if row else 0, {})
+
+
+def _stage_scanned(
+    con: duckdb.DuckDBPyConnection, staged: str, concepts: list[_Concept], literals: tuple[str, ...]
+) -> _Staged:
+    """concept_lines from Hyperscan's scans: of the lines holding a literal, those a concept of
+    their source says (its `says`, all concepts' at once: ~5 us a line, where DuckDB compiles the
+    19 patterns anew for every attempt, ~21 ms), each with the concepts it says (`heard`); and
+    those holding a literal of a concept left to RE2, for _heard to read."""
+    m = patterns(tuple(c.says for c in concepts))
+    refused = [(set(c.sources), set(c.literals)) for c in (concepts[i] for i in m.refused)]
+    said: dict[int, list[int]] = {c.no: [] for i, c in enumerate(concepts) if i not in m.refused}
+    ids: list[str] = []
+    nos: list[str] = []
+    rows = con.execute(f"SELECT obs_id, source, text FROM ({staged})")
+    for (obs_id, source, text), held in rows_holding(rows, literals):
+        heard = [c.no for c in (concepts[i] for i in sorted(m.matching(text))) if source in c.sources]
+        for no in heard:
+            said[no].append(obs_id)
+        if heard or any(source in sources and not lits.isdisjoint(held) for sources, lits in refused):
+            ids.append(str(obs_id))
+            nos.append(" ".join(map(str, heard)))
+    if not ids:  # most attempts: no line says a concept's words, and nothing reads the table then
+        return _Staged(0, said)
+    row = con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE concept_lines AS
+            SELECT s.*, CASE WHEN k.nos = '' THEN []::INTEGER[] ELSE string_split(k.nos, ' ')::INTEGER[] END AS heard
+            FROM ({staged}) s
+            JOIN (SELECT unnest(string_split($ids, ','))::BIGINT AS obs_id,
+                         unnest(string_split($nos, ',')) AS nos) k ON k.obs_id = s.obs_id""",
+        {"ids": ",".join(ids), "nos": ",".join(nos)},
+    ).fetchone()
+    return _Staged(row[0] if row else 0, said)
 
 
 def _heard(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> list[_Concept]:
-    """The concepts whose words a staged line of their sources says: the only ones _said can find.
-    One pass of each concept's own pattern, so the full reading of a concept (its lead, hedges,
-    context, neighbours: ~7 patterns each, ~70 ms to plan for the pack's 19 whatever the lines) is
-    planned only for the one or two a tiny attempt's lines say."""
+    """The concepts (of those left to RE2) whose words a staged line of their sources says: the
+    only ones _said can find. One pass of each concept's own pattern, so the full reading of a
+    concept (its lead, hedges, context, neighbours: ~7 patterns each, ~70 ms to plan for the pack's
+    19 whatever the lines) is planned only for the one or two a tiny attempt's lines say."""
+    if not concepts:
+        return []
     flags = [
         f"bool_or(source IN ({', '.join(map(_sql_text, c.sources))}) AND regexp_matches(text, {_sql_text(c.says)}))"
         for c in concepts
@@ -150,7 +188,21 @@ def _heard(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> list[_Co
     return [c for c, yes in zip(concepts, heard or []) if yes]
 
 
-def _near(c: _Concept) -> str:
+def _heard_all(con: duckdb.DuckDBPyConnection, concepts: list[_Concept], staged: _Staged) -> list[_Concept]:
+    """The concepts a staged line says, in file order: those Hyperscan found, and RE2's finds."""
+    found = [c for c in concepts if staged.said.get(c.no)]
+    found += _heard(con, [c for c in concepts if c.no not in staged.said])
+    return sorted(found, key=lambda c: c.no)
+
+
+def _says(c: _Concept, decided: set[int], line: str = "") -> str:
+    """SQL: the staged line says the concept's words: as Hyperscan found (`heard`), else by RE2."""
+    if c.no in decided:
+        return f"list_contains({line}heard, {c.no})"
+    return f"regexp_matches({line}text, {_sql_text(c.says)})"
+
+
+def _near(c: _Concept, decided: set[int]) -> str:
     """SQL: the staged lines saying the concept whose context a kept line of the same file says,
     at most AROUND lines away (an exception's message goes on below it: "ResourceExhaustedError:
     2 root error(s) found." then "(0) ... device:GPU:0"). An equi-join on (path, line number) over
@@ -158,21 +210,23 @@ def _near(c: _Concept) -> str:
     return (
         "SELECT b.obs_id FROM concept_lines b CROSS JOIN range(-" + str(AROUND) + ", " + str(AROUND + 1) + ") r(d) "
         "JOIN log_lines n ON n.path = b.path AND n.lineno = b.lineno + r.d "
-        f"WHERE r.d <> 0 AND b.path IS NOT NULL AND regexp_matches(b.text, {_sql_text(c.says)}) "
+        f"WHERE r.d <> 0 AND b.path IS NOT NULL AND {_says(c, decided, 'b.')} "
         f"AND regexp_matches(n.text, {_sql_text(c.where_)})"
     )
 
 
-def _said(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> list[tuple[int, int, list[str], int, str]]:
+def _said(
+    con: duckdb.DuckDBPyConnection, concepts: list[_Concept], decided: set[int]
+) -> list[tuple[int, int, list[str], int, str]]:
     """(obs_id, concept_no, words, where they start, text) for every concept a staged line says, in
-    its context."""
+    its context (`decided`: the concepts whose lines Hyperscan found)."""
     parts = []
     for c in concepts:
         says = _sql_text(c.says)
         lead = f"regexp_extract(text, {_sql_text('^(.*?)(?:' + c.says + ')')}, 1)"
         cond = [
             f"source IN ({', '.join(map(_sql_text, c.sources))})",
-            f"regexp_matches(text, {says})",
+            _says(c, decided),
             f"(source = 'records' OR NOT {_not_said(c, lead)})",
         ]
         if c.unless_:
@@ -182,7 +236,7 @@ def _said(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> list[tupl
             f"SELECT obs_id, {c.no} AS concept_no, {str(c.decides).lower()} AS decides, {here} AS here, "
             f"regexp_extract_all(text, {says}) AS words, length({lead}) + 1 AS starts, text "
             f"FROM concept_lines l WHERE {' AND '.join(cond)}"
-            + (f" AND ({here} OR obs_id IN ({_near(c)}))" if c.where_ else "")
+            + (f" AND ({here} OR obs_id IN ({_near(c, decided)}))" if c.where_ else "")
         )
     # a line's meaning: one that ends an attempt before a cascade, one whose context the line
     # itself says before one its neighbours say, then file order
@@ -222,11 +276,12 @@ def match(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, 
         return []
     by_no = {c.no: c for c in concepts}
     # most attempts' lines say no concept's words: nothing to read then
-    heard = _heard(con, concepts) if _stage(con, concepts) else []
+    staged = _stage(con, concepts)
+    heard = _heard_all(con, concepts, staged) if staged.lines else []
     hosts = list((con.execute("SELECT nodes FROM attempt").fetchone() or [[]])[0] or []) if heard else []
     out: list[dict[str, Any]] = []
     seen: set[int] = set()
-    for obs_id, no, words, starts, text in _said(con, heard) if heard else []:
+    for obs_id, no, words, starts, text in _said(con, heard, set(staged.said)) if heard else []:
         if obs_id in seen:  # the first row of a line is its meaning (_said's order)
             continue
         seen.add(obs_id)
