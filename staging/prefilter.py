@@ -350,26 +350,67 @@ def hyperscan_form(pattern: str) -> str | None:
     return None if in_class else "".join(out)
 
 
+def alternatives(pattern: str) -> list[str]:
+    """The pattern's top-level alternatives (it matches somewhere where one of them does), split
+    at each `|` outside a group and a class; whole when a flag set at its top level (`(?i)`) or a
+    quotation (`\\Q`) reaches across them."""
+    out, start, depth, i, n = [], 0, 0, 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            if pattern.startswith("Q", i + 1):
+                return [pattern]
+            i += 2
+            continue
+        if ch == "[":  # to its end: a `]` first is literal, a POSIX class `[:name:]` holds one
+            i += 1 + pattern.startswith("^", i + 1)
+            i += pattern.startswith("]", i)
+            while i < n and pattern[i] != "]":
+                if pattern[i] == "\\":
+                    i += 1
+                elif pattern.startswith("[:", i):
+                    i = max(pattern.find(":]", i + 2), i) + 1
+                i += 1
+        elif ch == "(":
+            if depth == 0 and pattern.startswith("(?", i) and re.match(r"\(\?[a-zA-Z-]*\)", pattern[i:]):
+                return [pattern]
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            out.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    return [*out, pattern[start:]]
+
+
 class PatternMatcher:
-    """Which of a few RE2 patterns match somewhere in a text, by Hyperscan: one database of those
-    it reads alike (`hyperscan_form`), each reported once a text (SINGLEMATCH), compiled once per
-    set of patterns (`patterns`). `refused`: the positions of the others, left to RE2."""
+    """Which of a few RE2 patterns match somewhere in a text, by Hyperscan: one database of their
+    alternatives it reads alike (`hyperscan_form`), each reported once a text (SINGLEMATCH),
+    compiled once per set of patterns (`patterns`). `rest`: by pattern, the alternation of its
+    alternatives left to RE2 (those Hyperscan may read otherwise or refuses), else ""."""
 
     def __init__(self, patterns: tuple[str, ...]):
         hs = _hyperscan()
-        forms = {i: f.encode() for i, p in enumerate(patterns) if (f := hyperscan_form(p)) is not None}
         flags = hs.HS_FLAG_UTF8 | hs.HS_FLAG_SINGLEMATCH
+        alts = [(i, alt, hyperscan_form(alt)) for i, p in enumerate(patterns) for alt in alternatives(p)]
+        taken = [(i, alt, form.encode()) for i, alt, form in alts if form is not None]
         try:
-            self._db = _database(hs, list(forms.values()), flags) if forms else None
-        except hs.error:  # one is refused (too large, empty-matching ...): the others, one by one
-            forms = {i: f for i, f in forms.items() if _compiles(hs, f, flags)}
-            self._db = _database(hs, list(forms.values()), flags) if forms else None
-        self._ids = list(forms)  # a database id's pattern position
-        self.refused = tuple(i for i in range(len(patterns)) if i not in forms)
+            self._db = _database(hs, [form for *_, form in taken], flags) if taken else None
+        except hs.error:  # one is refused (too large, matching nothing but the empty text ...): each tried
+            taken = [t for t in taken if _compiles(hs, t[2], flags)]
+            self._db = _database(hs, [form for *_, form in taken], flags) if taken else None
+        self._ids = [i for i, *_ in taken]  # a database id's pattern
+        kept = {(i, alt) for i, alt, _ in taken}
+        rest: dict[int, list[str]] = {}
+        for i, alt, _ in alts:
+            if (i, alt) not in kept:
+                rest.setdefault(i, []).append(alt)
+        self.rest = tuple("|".join(rest.get(i, ())) for i in range(len(patterns)))
         self._local = threading.local()
 
     def matching(self, text: str) -> set[int]:
-        """The positions of the (not refused) patterns that match somewhere in the text."""
+        """The patterns (by position) an alternative Hyperscan reads matches somewhere in the text."""
         if self._db is None:
             return set()
         found: set[int] = set()

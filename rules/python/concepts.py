@@ -101,12 +101,13 @@ def _alternation(literals: tuple[str, ...]) -> str:
 
 
 class _Staged(NamedTuple):
-    """What _stage kept: the number of lines staged, and by concept the lines Hyperscan found
-    saying it (`said`); a concept missing from it is RE2's to find (DuckDB's engine, or a pattern
-    Hyperscan may read otherwise)."""
+    """What _stage kept: the number of lines staged; by concept, the lines Hyperscan found saying
+    it (`said`); and the concepts RE2 reads on them, each by the pattern it reads (`rest`: all of
+    the words on DuckDB's engine, the alternatives Hyperscan leaves to RE2 on its own)."""
 
     lines: int
     said: dict[int, list[int]]
+    rest: dict[int, str]
 
 
 def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> _Staged:
@@ -136,7 +137,7 @@ def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> _Staged:
     row = con.execute(
         f"CREATE OR REPLACE TEMP TABLE concept_lines AS {staged} WHERE regexp_matches(text, {says})"
     ).fetchone()
-    return _Staged(row[0] if row else 0, {})
+    return _Staged(row[0] if row else 0, {}, {c.no: c.says for c in concepts})
 
 
 def _stage_scanned(
@@ -145,10 +146,11 @@ def _stage_scanned(
     """concept_lines from Hyperscan's scans: of the lines holding a literal, those a concept of
     their source says (its `says`, all concepts' at once: ~5 us a line, where DuckDB compiles the
     19 patterns anew for every attempt, ~21 ms), each with the concepts it says (`heard`); and
-    those holding a literal of a concept left to RE2, for _heard to read."""
+    those holding a literal of a concept with alternatives left to RE2, for RE2 to read."""
     m = patterns(tuple(c.says for c in concepts))
-    refused = [(set(c.sources), set(c.literals)) for c in (concepts[i] for i in m.refused)]
-    said: dict[int, list[int]] = {c.no: [] for i, c in enumerate(concepts) if i not in m.refused}
+    unsure = [(c.no, set(c.sources), set(c.literals), rest) for c, rest in zip(concepts, m.rest) if rest]
+    said: dict[int, list[int]] = {c.no: [] for c in concepts}
+    rest: dict[int, str] = {}
     ids: list[str] = []
     nos: list[str] = []
     rows = con.execute(f"SELECT obs_id, source, text FROM ({staged})")
@@ -156,11 +158,17 @@ def _stage_scanned(
         heard = [c.no for c in (concepts[i] for i in sorted(m.matching(text))) if source in c.sources]
         for no in heard:
             said[no].append(obs_id)
-        if heard or any(source in sources and not lits.isdisjoint(held) for sources, lits in refused):
+        for_re2 = {
+            no: pattern
+            for no, sources, lits, pattern in unsure
+            if no not in heard and source in sources and not lits.isdisjoint(held)
+        }
+        rest |= for_re2
+        if heard or for_re2:
             ids.append(str(obs_id))
             nos.append(" ".join(map(str, heard)))
     if not ids:  # most attempts: no line says a concept's words, and nothing reads the table then
-        return _Staged(0, said)
+        return _Staged(0, said, rest)
     row = con.execute(
         f"""CREATE OR REPLACE TEMP TABLE concept_lines AS
             SELECT s.*, CASE WHEN k.nos = '' THEN []::INTEGER[] ELSE string_split(k.nos, ' ')::INTEGER[] END AS heard
@@ -169,40 +177,37 @@ def _stage_scanned(
                          unnest(string_split($nos, ',')) AS nos) k ON k.obs_id = s.obs_id""",
         {"ids": ",".join(ids), "nos": ",".join(nos)},
     ).fetchone()
-    return _Staged(row[0] if row else 0, said)
+    return _Staged(row[0] if row else 0, said, rest)
 
 
-def _heard(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> list[_Concept]:
-    """The concepts (of those left to RE2) whose words a staged line of their sources says: the
-    only ones _said can find. One pass of each concept's own pattern, so the full reading of a
-    concept (its lead, hedges, context, neighbours: ~7 patterns each, ~70 ms to plan for the pack's
-    19 whatever the lines) is planned only for the one or two a tiny attempt's lines say."""
-    if not concepts:
-        return []
-    flags = [
-        f"bool_or(source IN ({', '.join(map(_sql_text, c.sources))}) AND regexp_matches(text, {_sql_text(c.says)}))"
-        for c in concepts
-    ]
-    row = con.execute(f"SELECT [{', '.join(flags)}] FROM concept_lines").fetchone()
-    heard = row[0] if row else None
-    return [c for c, yes in zip(concepts, heard or []) if yes]
+def _heard(con: duckdb.DuckDBPyConnection, concepts: list[_Concept], staged: _Staged) -> list[_Concept]:
+    """The concepts whose words a staged line of their sources says, in file order: the only ones
+    _said can find. Those Hyperscan found; for the others RE2 reads (`rest`), one pass of each
+    concept's own pattern, so the full reading of a concept (its lead, hedges, context, neighbours:
+    ~7 patterns each, ~70 ms to plan for the pack's 19 whatever the lines) is planned only for the
+    one or two a tiny attempt's lines say."""
+    found = {c.no for c in concepts if staged.said.get(c.no)}
+    unsure = [c for c in concepts if c.no in staged.rest and c.no not in found]
+    if unsure:
+        flags = [
+            f"bool_or(source IN ({', '.join(map(_sql_text, c.sources))}) "
+            f"AND regexp_matches(text, {_sql_text(staged.rest[c.no])}))"
+            for c in unsure
+        ]
+        row = con.execute(f"SELECT [{', '.join(flags)}] FROM concept_lines").fetchone()
+        found |= {c.no for c, yes in zip(unsure, (row[0] if row else None) or []) if yes}
+    return [c for c in concepts if c.no in found]
 
 
-def _heard_all(con: duckdb.DuckDBPyConnection, concepts: list[_Concept], staged: _Staged) -> list[_Concept]:
-    """The concepts a staged line says, in file order: those Hyperscan found, and RE2's finds."""
-    found = [c for c in concepts if staged.said.get(c.no)]
-    found += _heard(con, [c for c in concepts if c.no not in staged.said])
-    return sorted(found, key=lambda c: c.no)
+def _says(c: _Concept, staged: _Staged, line: str = "") -> str:
+    """SQL: the staged line says the concept's words: as Hyperscan found (`heard`), or RE2 reads."""
+    said = [f"list_contains({line}heard, {c.no})"] if c.no in staged.said else []
+    if c.no in staged.rest:
+        said.append(f"regexp_matches({line}text, {_sql_text(staged.rest[c.no])})")
+    return f"({' OR '.join(said)})" if said else "false"
 
 
-def _says(c: _Concept, decided: set[int], line: str = "") -> str:
-    """SQL: the staged line says the concept's words: as Hyperscan found (`heard`), else by RE2."""
-    if c.no in decided:
-        return f"list_contains({line}heard, {c.no})"
-    return f"regexp_matches({line}text, {_sql_text(c.says)})"
-
-
-def _near(c: _Concept, decided: set[int]) -> str:
+def _near(c: _Concept, staged: _Staged) -> str:
     """SQL: the staged lines saying the concept whose context a kept line of the same file says,
     at most AROUND lines away (an exception's message goes on below it: "ResourceExhaustedError:
     2 root error(s) found." then "(0) ... device:GPU:0"). An equi-join on (path, line number) over
@@ -210,23 +215,23 @@ def _near(c: _Concept, decided: set[int]) -> str:
     return (
         "SELECT b.obs_id FROM concept_lines b CROSS JOIN range(-" + str(AROUND) + ", " + str(AROUND + 1) + ") r(d) "
         "JOIN log_lines n ON n.path = b.path AND n.lineno = b.lineno + r.d "
-        f"WHERE r.d <> 0 AND b.path IS NOT NULL AND {_says(c, decided, 'b.')} "
+        f"WHERE r.d <> 0 AND b.path IS NOT NULL AND {_says(c, staged, 'b.')} "
         f"AND regexp_matches(n.text, {_sql_text(c.where_)})"
     )
 
 
 def _said(
-    con: duckdb.DuckDBPyConnection, concepts: list[_Concept], decided: set[int]
+    con: duckdb.DuckDBPyConnection, concepts: list[_Concept], staged: _Staged
 ) -> list[tuple[int, int, list[str], int, str]]:
     """(obs_id, concept_no, words, where they start, text) for every concept a staged line says, in
-    its context (`decided`: the concepts whose lines Hyperscan found)."""
+    its context."""
     parts = []
     for c in concepts:
         says = _sql_text(c.says)
         lead = f"regexp_extract(text, {_sql_text('^(.*?)(?:' + c.says + ')')}, 1)"
         cond = [
             f"source IN ({', '.join(map(_sql_text, c.sources))})",
-            _says(c, decided),
+            _says(c, staged),
             f"(source = 'records' OR NOT {_not_said(c, lead)})",
         ]
         if c.unless_:
@@ -236,7 +241,7 @@ def _said(
             f"SELECT obs_id, {c.no} AS concept_no, {str(c.decides).lower()} AS decides, {here} AS here, "
             f"regexp_extract_all(text, {says}) AS words, length({lead}) + 1 AS starts, text "
             f"FROM concept_lines l WHERE {' AND '.join(cond)}"
-            + (f" AND ({here} OR obs_id IN ({_near(c, decided)}))" if c.where_ else "")
+            + (f" AND ({here} OR obs_id IN ({_near(c, staged)}))" if c.where_ else "")
         )
     # a line's meaning: one that ends an attempt before a cascade, one whose context the line
     # itself says before one its neighbours say, then file order
@@ -277,11 +282,11 @@ def match(con: duckdb.DuckDBPyConnection, settings: Settings) -> list[dict[str, 
     by_no = {c.no: c for c in concepts}
     # most attempts' lines say no concept's words: nothing to read then
     staged = _stage(con, concepts)
-    heard = _heard_all(con, concepts, staged) if staged.lines else []
+    heard = _heard(con, concepts, staged) if staged.lines else []
     hosts = list((con.execute("SELECT nodes FROM attempt").fetchone() or [[]])[0] or []) if heard else []
     out: list[dict[str, Any]] = []
     seen: set[int] = set()
-    for obs_id, no, words, starts, text in _said(con, heard, set(staged.said)) if heard else []:
+    for obs_id, no, words, starts, text in _said(con, heard, staged) if heard else []:
         if obs_id in seen:  # the first row of a line is its meaning (_said's order)
             continue
         seen.add(obs_id)
