@@ -53,12 +53,14 @@ NEAR_HEDGE = (
 NEAR = 24  # characters before the words a modal or a negation reaches
 
 
-def _not_said(c: _Concept, lead: str) -> str:
+def _not_said(lead: str) -> str:
     """SQL: what comes before the words says the line does not report the failure: a hedge, a lower
-    level (unless the concept is read at any level), a modal or a negation right before them."""
-    anywhere = HEDGE if c.any_level else f"{LOWER_LEVEL}|{HEDGE}"
+    level (unless the concept is read at any level: `any_level`), a modal or a negation right
+    before them. Each pattern written once, for every concept's lines (a pattern written for
+    each concept is compiled for each)."""
     return (
-        f"(regexp_matches({lead}, {_sql_text(anywhere)}) "
+        f"(regexp_matches({lead}, {_sql_text(HEDGE)}) "
+        f"OR (NOT any_level AND regexp_matches({lead}, {_sql_text(LOWER_LEVEL)})) "
         f"OR regexp_matches(right({lead}, {NEAR}), {_sql_text(NEAR_HEDGE)}))"
     )
 
@@ -229,25 +231,22 @@ def _said(
     for c in concepts:
         says = _sql_text(c.says)
         lead = f"regexp_extract(text, {_sql_text('^(.*?)(?:' + c.says + ')')}, 1)"
-        cond = [
-            f"source IN ({', '.join(map(_sql_text, c.sources))})",
-            _says(c, staged),
-            f"(source = 'records' OR NOT {_not_said(c, lead)})",
-        ]
+        cond = [f"source IN ({', '.join(map(_sql_text, c.sources))})", _says(c, staged)]
         if c.unless_:
             cond.append(f"NOT regexp_matches(text, {_sql_text(c.unless_)})")
         here = f"regexp_matches(text, {_sql_text(c.where_)})" if c.where_ else "true"
-        parts.append(
+        part = (
             f"SELECT obs_id, {c.no} AS concept_no, {str(c.decides).lower()} AS decides, {here} AS here, "
-            f"regexp_extract_all(text, {says}) AS words, length({lead}) + 1 AS starts, text "
-            f"FROM concept_lines l WHERE {' AND '.join(cond)}"
-            + (f" AND ({here} OR obs_id IN ({_near(c, staged)}))" if c.where_ else "")
+            f"{str(c.any_level).lower()} AS any_level, source, regexp_extract_all(text, {says}) AS words, "
+            f"{lead} AS lead, text FROM concept_lines l WHERE {' AND '.join(cond)}"
         )
+        # the context on the line (`here`, its pattern written once) or on a neighbour
+        parts.append(f"SELECT * FROM ({part}) WHERE here OR obs_id IN ({_near(c, staged)})" if c.where_ else part)
     # a line's meaning: one that ends an attempt before a cascade, one whose context the line
     # itself says before one its neighbours say, then file order
     return con.execute(
-        f"SELECT obs_id, concept_no, words, starts, text FROM ({' UNION ALL '.join(parts)}) "
-        "ORDER BY obs_id, decides DESC, here DESC, concept_no"
+        f"SELECT obs_id, concept_no, words, length(lead) + 1 AS starts, text FROM ({' UNION ALL '.join(parts)}) "
+        f"WHERE source = 'records' OR NOT {_not_said('lead')} ORDER BY obs_id, decides DESC, here DESC, concept_no"
     ).fetchall()
 
 
