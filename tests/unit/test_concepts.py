@@ -250,3 +250,66 @@ KNOWN_MISSES = {
     ("storage-beegfs-unable-to-connect", "casing"): "'unable to connect' is a storage failure only for BeeGFS",
     ("lsf-term-cwd-notexist", "casing"): "LSF's word for a lost mount; the host-filesystem concept reads kernel logs",
 }
+
+
+REAL = Path(__file__).resolve().parents[1] / "real"
+
+
+def _real_lines() -> list[str]:
+    """Every line of tests/real's bundles (logs, scheduler records, attempt files): what tools print."""
+    lines: list[str] = []
+    for f in sorted(p for p in REAL.rglob("*") if p.is_file() and p.name != "expected.json"):
+        lines += f.read_text(encoding="utf-8", errors="replace").splitlines()
+    return [line for line in dict.fromkeys(lines) if line.strip()]
+
+
+def _respelled(line: str) -> list[str]:
+    """The line as other tools, or a hostile input, might spell it: cased otherwise, joined by a
+    vertical tab, a no-break space or `_`, with the Kelvin sign and the long s (RE2 folds them into
+    k and s), behind a letter beyond ASCII, with a final line break."""
+    return [
+        line.upper(),
+        line.lower(),
+        line.replace(" ", "\x0b"),
+        line.replace(" ", "\u00a0"),
+        line.replace(" ", "_"),
+        line.replace("k", "\u212a").replace("K", "\u212a").replace("s", "\u017f"),
+        "\u00e9" + line,
+        line + "\n",
+    ]
+
+
+@pytest.mark.skipif(prefilter._hyperscan() is None, reason="the hyperscan wheel is not installed here")
+def test_hyperscan_hears_a_concept_on_the_lines_re2_does(pack) -> None:
+    """Each concept's words (`says`) are found by Hyperscan (the alternatives it reads alike, and
+    RE2 for the rest: rules/python/concepts.py _stage_scanned) on exactly the lines DuckDB's RE2
+    finds them: every example and look-alike, every catalog test line, every line of tests/real,
+    each respelled."""
+    from tests.unit.test_prefilter import hyperscan_matches, re2_matches
+
+    base = [ex.line for c in pack.concepts for ex in (*c.examples, *c.looks_alike)]
+    base += [row.test_line for row in pack.catalog]
+    lines = list(dict.fromkeys(base + [v for line in base for v in _respelled(line)] + _real_lines()))
+    says = [c.says for c in pack.concepts]
+    want = re2_matches(says, lines)
+    got = hyperscan_matches(says, lines)
+    for c, w, g in zip(pack.concepts, want, got, strict=True):
+        assert [t for t, yes in zip(lines, g) if yes] == [t for t, yes in zip(lines, w) if yes], c.id
+    heard = [sum(w) for w in want]
+    assert min(heard) > 0 and sum(heard) > 500  # each concept is heard, on many lines ...
+    assert sum(not any(col) for col in zip(*want)) > len(lines) // 2  # ... and most lines say none
+
+
+@pytest.mark.skipif(prefilter._hyperscan() is None, reason="the hyperscan wheel is not installed here")
+def test_the_concepts_read_tests_real_the_same_on_both_engines(pack, monkeypatch) -> None:
+    """The claims of the concepts (heard by Hyperscan, or by RE2 without it) on tests/real's lines
+    and the examples respelled, each on the source its bundle read it from."""
+    base = [(ex.source, ex.line) for c in pack.concepts for ex in (*c.examples, *c.looks_alike)]
+    probes = [Probe("kueue" if s == "records" else s, v) for s, line in base for v in _respelled(line)]
+    for f in sorted(REAL.glob("*/logs/*/*")):
+        source = f.parent.name if f.parent.name in ("app", "syslog", "fabricmanager") else "scheduler_log"
+        probes += [Probe(source, line) for line in f.read_text(encoding="utf-8", errors="replace").splitlines()]
+    found = claims_on_each_engine(pack, "concepts:match", probes, monkeypatch, resolve=True)
+    assert found["hyperscan"] == found["duckdb"]
+    said = sum(any(e["attrs"].get("concept") for e in events) for events in found["duckdb"])
+    assert 100 < said < len(probes) // 2

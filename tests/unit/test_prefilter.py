@@ -157,3 +157,78 @@ def test_both_engines_give_the_same_diagnoses(monkeypatch: pytest.MonkeyPatch) -
             d = attribute_inline(*resolve(cfg, Target(bundle=str(bundle)), pack))
             seen[name] = _without_timings(d.model_dump(mode="json"))
         assert seen["hyperscan"] == seen["duckdb"], bundle.name
+
+
+def re2_matches(patterns: list[str], lines: list[str]) -> list[list[bool]]:
+    """By pattern, whether DuckDB's regexp_matches (RE2) finds it in each line."""
+    import json
+
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE l AS SELECT unnest(j) AS t, generate_subscripts(j, 1) AS i "
+        "FROM (SELECT from_json($j, '[\"VARCHAR\"]') AS j)",
+        {"j": json.dumps(lines)},
+    )
+    out = []
+    for p in patterns:
+        q = "'" + p.replace("'", "''") + "'"
+        found = con.execute(f"SELECT list(regexp_matches(t, {q}) ORDER BY i) FROM l").fetchone()
+        out.append(found[0] if found and found[0] else [False] * len(lines))
+    return out
+
+
+def hyperscan_matches(patterns: list[str], lines: list[str]) -> list[list[bool]]:
+    """The same, as the concepts ask it: Hyperscan's database of the alternatives it reads alike,
+    and RE2 (DuckDB) for each pattern's rest."""
+    m = prefilter.PatternMatcher(tuple(patterns))
+    rest = re2_matches([r or "(?:$.)" for r in m.rest], lines)  # no rest: matches nothing
+    said = [m.matching(line) for line in lines]
+    return [[i in s or (bool(m.rest[i]) and r) for s, r in zip(said, rest[i])] for i in range(len(patterns))]
+
+
+# What RE2 and Hyperscan could read apart: shorthand classes (Hyperscan's \s takes a vertical tab;
+# RE2 folds \w's case under (?i)), the end of the text ($ before a final line break), counted
+# repeats of multi-byte characters, Unicode case folding (the Kelvin sign, the long s), word
+# boundaries next to letters beyond ASCII, and what Hyperscan refuses (a pattern matching the
+# empty text, too large a repeat): each tried bare and case-insensitive.
+CONSTRUCTS = [
+    r"a\sb", r"a\Sb", r"a[\s_]b", r"a[^\s]b", r"a\wb", r"a\Wb", r"a\db", r"a\Db", r"a[\w.]b", r"ab$",
+    r"(?:^|[^A-Za-z0-9])ab(?:[^A-Za-z]|$)", r"\bk", r"k\b", r"limit\b.{0,5}\bhit", r"x[^`]{1,3}y",
+    r"x[^`]{1,200}y", r"kill", r"status", r"a[^A-Za-z0-9]b", r"^ab", r"a.b", r"a{2,3}b", r"a\.b",
+    r"a\-b", r"a*", r"a|b*", r"(?i)x|ab", r"a\x{62}", r"é", r"\pL", r"a[[:space:]]b", r"(?s:a.b)",
+    r"(?m:ab$)", r"[]a]b", r"a{,2}b", r"a[\t]b", r"can't", r"I/O error",
+]  # fmt: skip
+TRICKY = [
+    "a b", "a\x0bb", "a\u00a0b", "a\u2003b", "a\tb", "a\nb", "a\rb", "aKb", "akb", "a\u212ab", "a\u017fb",
+    "aéb", "a\u0663b", "a1b", "a_b", "a.b", "ab", "AB", "ab\n", "ab\r", "xab\n", "\u212a", "k", "K", "ké",
+    "éxk", "\u212aILL", "KILL", "\u017ftatus", "STATUS", "limit  hit", "LIMIT\u00e9\u00e9HIT",
+    "limit \u00e9\u00e9\u00e9\u00e9 hit", "x\u00e9\u00e9\u00e9y", "x\u00e9\u00e9\u00e9\u00e9y", "x``y",
+    "x" + "\u4e2d" * 150 + "y", "aab", "aaab", "AAB", "a-b", "ſ", "", "\u00e9", "a{,2}b", "]b", "a\u0000b",
+    "can't", "CAN'T", "i/o error", "I/O\u00a0error",
+]  # fmt: skip
+
+
+@needs_hyperscan
+def test_hyperscan_finds_a_pattern_where_re2_does() -> None:
+    patterns = CONSTRUCTS + [f"(?i:{p})" for p in CONSTRUCTS]
+    want = re2_matches(patterns, TRICKY)
+    got = hyperscan_matches(patterns, TRICKY)
+    for p, w, g in zip(patterns, want, got):
+        assert [t for t, yes in zip(TRICKY, g) if yes] == [t for t, yes in zip(TRICKY, w) if yes], p
+    assert sum(map(sum, want)) > 100  # the lines do match, and some do not
+    assert sum(map(len, want)) - sum(map(sum, want)) > 100
+
+
+def test_what_hyperscan_may_read_otherwise_is_left_to_re2() -> None:
+    form = prefilter.hyperscan_form
+    assert form(r"(?i:a[\s_\-]*b)$") == r"(?i:a[\t\n\f\r _\-]*b)\z"
+    assert form(r"\w\S\d") == r"[0-9A-Za-z_][^\t\n\f\r ][0-9]"
+    for refused in (r"[^\S]", r"é", r"\pL", r"\x41", r"(?m:^a)", r"(?s).", r"[]a]", r"[[:alpha:]]", r"a{,2}",
+                    r"a{1,200}", r"[\b]", r"\Qa\E", "a\\"):  # fmt: skip
+        assert form(refused) is None, refused
+    assert prefilter.alternatives(r"(?:a|b)|[|]|\||c") == ["(?:a|b)", "[|]", r"\|", "c"]
+    assert prefilter.alternatives(r"(?i)a|b") == [r"(?i)a|b"]  # the flag reaches across
+    if prefilter._hyperscan() is not None:
+        m = prefilter.PatternMatcher((r"a*|bc|x{1,200}", r"de"))
+        assert m.rest == ("a*|x{1,200}", "")  # refused by Hyperscan (the empty text), and too large a repeat
+        assert m.matching("xbc de") == {0, 1} and m.matching("a") == set()
