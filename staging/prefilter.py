@@ -300,54 +300,52 @@ def hyperscan_form(pattern: str) -> str | None:
     punctuation, a POSIX class, a class opening with `]`, a negated shorthand inside a class, a
     group with other flags, a `{` that is not a repeat count, or one above MAX_REPEAT."""
     out: list[str] = []
-    i, n, in_class = 0, len(pattern), False
-    while i < n:
-        ch = pattern[i]
-        if not ch.isascii():
+    i, in_class = 0, False
+    while i < len(pattern):
+        piece, i, in_class = _form_of(pattern, i, in_class)
+        if piece is None:
             return None
-        if ch == "\\":
-            e = pattern[i + 1 : i + 2]
-            i += 2
-            if e.lower() in _SHORTHANDS:
-                body, negated = _SHORTHANDS[e.lower()], e.isupper()
-                if in_class and negated:
-                    return None
-                out.append(body if in_class else f"[{'^' if negated else ''}{body}]")
-            elif e in _ALIKE and not (in_class and e in "bB"):  # [\b] is a backspace to one, refused by the other
-                out.append("\\" + e)
-            elif e and e.isascii() and not e.isalnum():  # escaped punctuation: itself
-                out.append("\\" + e)
-            else:
-                return None
-        elif in_class:
-            if ch == "[":
-                return None
-            in_class = ch != "]"
-            out.append(ch)
-            i += 1
-        elif ch == "[":
-            j = i + 1 + pattern.startswith("^", i + 1)
-            if pattern.startswith("]", j):
-                return None
-            out.append(pattern[i:j])
-            in_class, i = True, j
-        elif ch == "(" and pattern.startswith("(?", i):
-            group = next((g for g in _GROUPS if pattern.startswith(g, i)), None)
-            if group is None:
-                return None
-            out.append(group)
-            i += len(group)
-        elif ch == "{":
-            m = _REPEAT.match(pattern, i)
-            if not m or int(m.group(2) or m.group(1)) > MAX_REPEAT:
-                return None
-            out.append(m.group())
-            i = m.end()
-        else:
-            # RE2's $ (not multiline) is the end of the text; Hyperscan's also sits before a final line break
-            out.append("\\z" if ch == "$" else ch)
-            i += 1
+        out.append(piece)
     return None if in_class else "".join(out)
+
+
+def _form_of(pattern: str, i: int, in_class: bool) -> tuple[str | None, int, bool]:
+    """The piece of the pattern at i in Hyperscan's form (None: may be read otherwise), where the
+    next piece starts, and whether it is inside a class."""
+    ch = pattern[i]
+    if not ch.isascii():
+        return None, i, in_class
+    if ch == "\\":
+        return _escape_form(pattern[i + 1 : i + 2], in_class), i + 2, in_class
+    if in_class:  # a class inside a class is a POSIX class
+        return (None if ch == "[" else ch), i + 1, ch != "]"
+    if ch == "[":
+        j = i + 1 + pattern.startswith("^", i + 1)
+        return (None if pattern.startswith("]", j) else pattern[i:j]), j, True
+    if ch == "(" and pattern.startswith("(?", i):
+        group = next((g for g in _GROUPS if pattern.startswith(g, i)), None)
+        return group, i + len(group or ""), False
+    if ch == "{":
+        m = _REPEAT.match(pattern, i)
+        if not m or int(m.group(2) or m.group(1)) > MAX_REPEAT:
+            return None, i, False
+        return m.group(), m.end(), False
+    # RE2's $ (not multiline) is the end of the text; Hyperscan's also sits before a final line break
+    return ("\\z" if ch == "$" else ch), i + 1, False
+
+
+def _escape_form(e: str, in_class: bool) -> str | None:
+    """An escaped character (e: what follows the backslash) in Hyperscan's form."""
+    if e.lower() in _SHORTHANDS:
+        body, negated = _SHORTHANDS[e.lower()], e.isupper()
+        if in_class:
+            return None if negated else body
+        return f"[{'^' if negated else ''}{body}]"
+    if e in _ALIKE and not (in_class and e in "bB"):  # [\b] is a backspace to one, refused by the other
+        return "\\" + e
+    if e and e.isascii() and not e.isalnum():  # escaped punctuation: itself
+        return "\\" + e
+    return None
 
 
 def alternatives(pattern: str) -> list[str]:
