@@ -313,3 +313,37 @@ def test_the_concepts_read_tests_real_the_same_on_both_engines(pack, monkeypatch
     assert found["hyperscan"] == found["duckdb"]
     said = sum(any(e["attrs"].get("concept") for e in events) for events in found["duckdb"])
     assert 100 < said < len(probes) // 2
+
+
+def test_what_precedes_the_words_is_what_a_capture_group_takes(pack) -> None:
+    """_said reads what precedes a line's first words (its level, a hedge) from two matches, not a
+    capture group (RE2's slowest engine): the same text for every concept on every line saying it,
+    whatever its characters (combining, beyond the BMP) or line breaks."""
+    import json
+
+    import duckdb
+
+    from workload_attribution.rules.sandbox import python_rule
+
+    lead = python_rule(pack, "concepts:match").__globals__["LEAD"]
+    base = [ex.line for c in pack.concepts for ex in (*c.examples, *c.looks_alike)]
+    base += [row.test_line for row in pack.catalog]
+    odd = [f"{pre}{line}" for line in base[:150] for pre in ("e\u0301 ", "\U0001f600 x ", "a\nb ")]
+    odd += [line + "\nout of memory" for line in base[:100]] + [" OOMa OOM", "first line\nOut of memory"]
+    lines = list(dict.fromkeys(base + odd + [v for line in base for v in _respelled(line)] + _real_lines()))
+    con = duckdb.connect()
+    con.execute("CREATE TABLE l AS SELECT unnest(from_json($j, '[\"VARCHAR\"]')) AS text", {"j": json.dumps(lines)})
+    q = lambda s: "'" + s.replace("'", "''") + "'"  # noqa: E731
+    captured: list[str] = []
+    for c in pack.concepts:
+        rows = con.execute(
+            f"""SELECT text, captured, {lead} FROM (
+                    SELECT text, regexp_extract(text, {q("^(.*?)(?:" + c.says + ")")}, 1) AS captured,
+                           regexp_extract(text, {q("^(?:.*?)(?:" + c.says + ")")}) AS upto,
+                           regexp_extract_all(text, {q(c.says)}) AS words
+                    FROM l WHERE regexp_matches(text, {q(c.says)}))"""
+        ).fetchall()
+        assert [r[0] for r in rows if r[1] != r[2]] == [], c.id
+        captured += [r[1] for r in rows]
+    assert len(captured) > 2000 and "" in captured  # words first on a line, or past its first line
+    assert sum(len(x) > 10 for x in captured) > 1000
