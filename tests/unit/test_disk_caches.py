@@ -207,6 +207,30 @@ def test_a_broken_or_unwritable_cache_compiles_the_same_database(cache: Path, mo
     assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
+@needs_hyperscan
+def test_a_database_of_patterns_is_kept_apart_from_one_of_the_same_literals(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The concepts' patterns (prefilter.PatternMatcher) are kept as the literals are, under a key
+    that tells a pattern from the literal of the same text."""
+    patterns = (r"(?i:out[\s_]*of[\s_]*memory)|ECC", "CUDA error")
+    built = prefilter.PatternMatcher(patterns)
+    assert len(_entries(cache)) == 1
+    prefilter.PatternMatcher(("CUDA error",))
+    prefilter.LineMatcher(("CUDA error",))  # the same text as a literal: its own entry
+    assert len(_entries(cache)) == 3
+    prefilter._platform(prefilter._hyperscan())
+
+    def never(*_a: object) -> None:
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(prefilter, "_compile", never)
+    loaded = prefilter.PatternMatcher(patterns)
+    lines = TEXT.splitlines() + ["OUT_OF MEMORY"]
+    assert [loaded.matching(line) for line in lines] == [built.matching(line) for line in lines]
+    assert [built.matching(line) for line in lines] == [set(), set(), set(), {0, 1}, {0}, {0}]
+
+
 def test_reading_ahead_takes_kept_tables_without_a_statement(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     expected = _tables(data)
     monkeypatch.setattr(pack_data, "_CSV_TABLES", {})  # a new process, every table kept on disk
