@@ -286,6 +286,7 @@ _SHORTHANDS = {"d": "0-9", "w": "0-9A-Za-z_", "s": "\\t\\n\\f\\r "}
 _ALIKE = frozenset("bBtnrf")
 # the groups both read alike; any other flag (m, s, U) changes what ^ $ . mean, differently
 _GROUPS = ("(?:", "(?i:", "(?i)")
+_PLAIN = re.compile(r"[^\\\[\]({$\x80-\U0010ffff]+")  # what either engine reads as it is written
 _REPEAT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 # A repeat count above this is left to RE2: in UTF-8 mode each repeated character is an automaton
 # of its own, and `[^`]{1,200}` alone costs Hyperscan ~1 s to compile (the whole pack ~1 s else)
@@ -302,6 +303,10 @@ def hyperscan_form(pattern: str) -> str | None:
     out: list[str] = []
     i, in_class = 0, False
     while i < len(pattern):
+        if plain := _PLAIN.match(pattern, i):  # as written, a run at a time (a new process forms ~400)
+            out.append(plain.group())
+            i = plain.end()
+            continue
         piece, i, in_class = _form_of(pattern, i, in_class)
         if piece is None:
             return None
@@ -348,38 +353,50 @@ def _escape_form(e: str, in_class: bool) -> str | None:
     return None
 
 
+_NO_SPLIT = re.compile(r"[^\\\[()|]+")  # no alternative starts or ends within
+
+
 def alternatives(pattern: str) -> list[str]:
     """The pattern's top-level alternatives (it matches somewhere where one of them does), split
     at each `|` outside a group and a class; whole when a flag set at its top level (`(?i)`) or a
     quotation (`\\Q`) reaches across them."""
     out, start, depth, i, n = [], 0, 0, 0, len(pattern)
     while i < n:
+        if plain := _NO_SPLIT.match(pattern, i):
+            i = plain.end()
+            continue
         ch = pattern[i]
         if ch == "\\":
             if pattern.startswith("Q", i + 1):
                 return [pattern]
-            i += 2
-            continue
-        if ch == "[":  # to its end: a `]` first is literal, a POSIX class `[:name:]` holds one
-            i += 1 + pattern.startswith("^", i + 1)
-            i += pattern.startswith("]", i)
-            while i < n and pattern[i] != "]":
-                if pattern[i] == "\\":
-                    i += 1
-                elif pattern.startswith("[:", i):
-                    i = max(pattern.find(":]", i + 2), i) + 1
-                i += 1
+            i += 1
+        elif ch == "[":
+            i = _class_end(pattern, i)
         elif ch == "(":
-            if depth == 0 and pattern.startswith("(?", i) and re.match(r"\(\?[a-zA-Z-]*\)", pattern[i:]):
+            if depth == 0 and re.match(r"\(\?[a-zA-Z-]*\)", pattern[i:]):
                 return [pattern]
             depth += 1
         elif ch == ")":
             depth -= 1
-        elif ch == "|" and depth == 0:
+        elif depth == 0:  # a `|`
             out.append(pattern[start:i])
             start = i + 1
         i += 1
     return [*out, pattern[start:]]
+
+
+def _class_end(pattern: str, i: int) -> int:
+    """Where the class opening at i ends (its `]`): a `]` first is literal, a POSIX class
+    `[:name:]` holds one."""
+    i += 1 + pattern.startswith("^", i + 1)
+    i += pattern.startswith("]", i)
+    while i < len(pattern) and pattern[i] != "]":
+        if pattern[i] == "\\":
+            i += 1
+        elif pattern.startswith("[:", i):
+            i = max(pattern.find(":]", i + 2), i) + 1
+        i += 1
+    return i
 
 
 class PatternMatcher:
