@@ -347,3 +347,24 @@ def test_what_precedes_the_words_is_what_a_capture_group_takes(pack) -> None:
         captured += [r[1] for r in rows]
     assert len(captured) > 2000 and "" in captured  # words first on a line, or past its first line
     assert sum(len(x) > 10 for x in captured) > 1000
+
+
+@pytest.mark.skipif(prefilter._hyperscan() is None, reason="the hyperscan wheel is not installed here")
+def test_words_hyperscan_leaves_to_re2_are_read_the_same(pack, monkeypatch) -> None:
+    """A concept's alternative Hyperscan may read otherwise (device-code-fault's `assertion
+    `...` failed`: a repeat of 200 characters) is RE2's on either engine: said with its context,
+    not without it, and counted in characters (200 CJK characters are 600 bytes)."""
+    from workload_attribution.rules.sandbox import python_rule
+
+    says = {c.id: c.says for c in pack.concepts}["device-code-fault"]
+    rest = python_rule(pack, "concepts:match").__globals__["patterns"](tuple(c.says for c in pack.concepts)).rest
+    assert [r for r in rest if r] == ["(?:(?i:(?:^|[^A-Za-z0-9])(?:assertion `[^`]{1,200}` failed)))"]
+    assert rest[[c.id for c in pack.concepts].index("device-code-fault")] in says
+    at = "IndexKernel.cu:92: operator(): block: [0,0,0], thread: [0,0,0] Assertion `{}` failed."
+    lines = [at.format(x) for x in ("index < sizes[i]", "\u4e2d" * 200, "\u4e2d" * 201, "")]
+    lines.append("python3: main.c:12: main: Assertion `n > 0' failed.")  # no device context
+    found = claims_on_each_engine(pack, "concepts:match", [Probe("app", line) for line in lines], monkeypatch)
+    assert found["hyperscan"] == found["duckdb"]
+    concept = [[e["attrs"].get("concept") for e in events] for events in found["duckdb"]]
+    said = ["device-code-fault" in c for c in concept[1 : 1 + len(lines)]]  # after the helper's kueue probe
+    assert said == [True, True, False, False, False]
