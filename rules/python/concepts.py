@@ -156,14 +156,16 @@ def _stage_scanned(
     their source says (its `says`, all concepts' at once: ~5 us a line, where DuckDB compiles the
     19 patterns anew for every attempt, ~21 ms), each with the concepts it says (`heard`); and
     those holding a literal of a concept with alternatives left to RE2, for RE2 to read."""
-    m = patterns(tuple(c.says for c in concepts))
-    unsure = [(c.no, set(c.sources), set(c.literals), rest) for c, rest in zip(concepts, m.rest) if rest]
     said: dict[int, list[int]] = {c.no: [] for c in concepts}
     rest: dict[int, str] = {}
+    kept = list(rows_holding(con.execute(f"SELECT obs_id, source, text FROM ({staged})"), literals))
+    if not kept:  # most attempts: no line holds a concept's literal (nor is the patterns' database loaded)
+        return _Staged(0, said, rest)
+    m = patterns(tuple(c.says for c in concepts))
+    unsure = [(c.no, set(c.sources), set(c.literals), rest) for c, rest in zip(concepts, m.rest) if rest]
     ids: list[str] = []
     nos: list[str] = []
-    rows = con.execute(f"SELECT obs_id, source, text FROM ({staged})")
-    for (obs_id, source, text), held in rows_holding(rows, literals):
+    for (obs_id, source, text), held in kept:
         heard = [c.no for c in (concepts[i] for i in sorted(m.matching(text))) if source in c.sources]
         for no in heard:
             said[no].append(obs_id)
@@ -176,7 +178,7 @@ def _stage_scanned(
         if heard or for_re2:
             ids.append(str(obs_id))
             nos.append(" ".join(map(str, heard)))
-    if not ids:  # most attempts: no line says a concept's words, and nothing reads the table then
+    if not ids:  # no line says a concept's words: nothing reads the table then
         return _Staged(0, said, rest)
     row = con.execute(
         f"""CREATE OR REPLACE TEMP TABLE concept_lines AS
