@@ -112,7 +112,7 @@ def open_staging(path: str) -> None:
 FEW_ROWS = 3_000
 # What DuckDB shares between threads is row groups (122,880 rows): over fewer, a second thread has
 # nothing to take and still costs its own state. The grammar's statement over 100k lines, one row
-# group: 0.46-0.50 s of CPU and +25-29 MiB on one thread, 0.67-0.69 s and +55-63 MiB on two, the
+# group: 0.46-0.52 s of CPU and +25-29 MiB on one thread, 0.67-0.97 s and +55-63 MiB on two, the
 # same rows and no sooner (load 4.7); over 4,000 lines 54 against 94 ms. The rules choose alike
 # (rules/phases.py).
 ONE_THREAD_ROWS = 122_880
