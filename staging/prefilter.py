@@ -246,24 +246,21 @@ def _database(hs: Any, patterns: list[bytes], flags: int | None = None) -> Any:
     return db
 
 
-SCAN_ROWS = 20_000  # rows fetched and scanned at a time by held_rows
+SCAN_ROWS = 20_000  # rows fetched and scanned at a time by rows_holding
 
 
 def held_rows(rows: Any, literals: tuple[str, ...]) -> Iterator[tuple[Any, tuple[str, ...]]]:
     """(key, the literals its text holds, sorted) for each row (key, text) of a DuckDB result
-    holding one, in order: the rows fetched a few megabytes at a time, whatever their number, and
-    each batch scanned at once as one text, a row per line (a text's own line breaks as NULs, so
-    no literal spans them)."""
-    m = matcher(literals)
-    while batch := rows.fetchmany(SCAN_ROWS):
-        joined = "\n".join(text.replace("\n", "\0") for _, text in batch)
-        for i, held in m.held(joined):
-            yield batch[i][0], held
+    holding one, in order (rows_holding, the key only)."""
+    for row, held in rows_holding(rows, literals):
+        yield row[0], held
 
 
 def rows_holding(rows: Any, literals: tuple[str, ...]) -> Iterator[tuple[tuple[Any, ...], tuple[str, ...]]]:
-    """(the row, the literals its text holds) for each row (..., text) of a DuckDB result whose
-    text, its last column, holds one, in order: held_rows' scan, the whole row handed back."""
+    """(the row, the literals its text holds, sorted) for each row (..., text) of a DuckDB result
+    whose text, its last column, holds one, in order: the rows fetched a few megabytes at a time,
+    whatever their number, and each batch scanned at once as one text, a row per line (a text's own
+    line breaks as NULs, so no literal spans them)."""
     m = matcher(literals)
     while batch := rows.fetchmany(SCAN_ROWS):
         joined = "\n".join(row[-1].replace("\n", "\0") for row in batch)

@@ -110,12 +110,14 @@ def _alternation(literals: tuple[str, ...]) -> str:
 
 
 class _Staged(NamedTuple):
-    """What _stage kept: the number of lines staged; by concept, the lines Hyperscan found saying
-    it (`said`); and the concepts RE2 reads on them, each by the pattern it reads (`rest`: all of
-    the words on DuckDB's engine, the alternatives Hyperscan leaves to RE2 on its own)."""
+    """What _stage kept: the number of lines staged; the concepts Hyperscan found a staged line
+    saying (`said`: their numbers, each line's in its `heard` column; None on DuckDB's engine,
+    which stages no such column); and the concepts RE2 reads on them, each by the pattern it reads
+    (`rest`: all of the words on DuckDB's engine, the alternatives Hyperscan leaves to RE2 on its
+    own)."""
 
     lines: int
-    said: dict[int, list[int]]
+    said: frozenset[int] | None
     rest: dict[int, str]
 
 
@@ -146,7 +148,7 @@ def _stage(con: duckdb.DuckDBPyConnection, concepts: list[_Concept]) -> _Staged:
     row = con.execute(
         f"CREATE OR REPLACE TEMP TABLE concept_lines AS {staged} WHERE regexp_matches(text, {says})"
     ).fetchone()
-    return _Staged(row[0] if row else 0, {}, {c.no: c.says for c in concepts})
+    return _Staged(row[0] if row else 0, None, {c.no: c.says for c in concepts})
 
 
 def _stage_scanned(
@@ -156,19 +158,18 @@ def _stage_scanned(
     their source says (its `says`, all concepts' at once: ~5 us a line, where DuckDB compiles the
     19 patterns anew for every attempt, ~21 ms), each with the concepts it says (`heard`); and
     those holding a literal of a concept with alternatives left to RE2, for RE2 to read."""
-    said: dict[int, list[int]] = {c.no: [] for c in concepts}
+    said: set[int] = set()
     rest: dict[int, str] = {}
     kept = list(rows_holding(con.execute(f"SELECT obs_id, source, text FROM ({staged})"), literals))
     if not kept:  # most attempts: no line holds a concept's literal (nor is the patterns' database loaded)
-        return _Staged(0, said, rest)
+        return _Staged(0, frozenset(), rest)
     m = patterns(tuple(c.says for c in concepts))
     unsure = [(c.no, set(c.sources), set(c.literals), rest) for c, rest in zip(concepts, m.rest) if rest]
     ids: list[str] = []
     nos: list[str] = []
     for (obs_id, source, text), held in kept:
         heard = [c.no for c in (concepts[i] for i in sorted(m.matching(text))) if source in c.sources]
-        for no in heard:
-            said[no].append(obs_id)
+        said.update(heard)
         for_re2 = {
             no: pattern
             for no, sources, lits, pattern in unsure
@@ -179,7 +180,7 @@ def _stage_scanned(
             ids.append(str(obs_id))
             nos.append(" ".join(map(str, heard)))
     if not ids:  # no line says a concept's words: nothing reads the table then
-        return _Staged(0, said, rest)
+        return _Staged(0, frozenset(), rest)
     row = con.execute(
         f"""CREATE OR REPLACE TEMP TABLE concept_lines AS
             SELECT s.*, CASE WHEN k.nos = '' THEN []::INTEGER[] ELSE string_split(k.nos, ' ')::INTEGER[] END AS heard
@@ -188,7 +189,7 @@ def _stage_scanned(
                          unnest(string_split($nos, ',')) AS nos) k ON k.obs_id = s.obs_id""",
         {"ids": ",".join(ids), "nos": ",".join(nos)},
     ).fetchone()
-    return _Staged(row[0] if row else 0, said, rest)
+    return _Staged(row[0] if row else 0, frozenset(said), rest)
 
 
 def _heard(con: duckdb.DuckDBPyConnection, concepts: list[_Concept], staged: _Staged) -> list[_Concept]:
@@ -197,7 +198,7 @@ def _heard(con: duckdb.DuckDBPyConnection, concepts: list[_Concept], staged: _St
     concept's own pattern, so the full reading of a concept (its lead, hedges, context, neighbours:
     ~7 patterns each, ~70 ms to plan for the pack's 19 whatever the lines) is planned only for the
     one or two a tiny attempt's lines say."""
-    found = {c.no for c in concepts if staged.said.get(c.no)}
+    found = set(staged.said or ())
     unsure = [c for c in concepts if c.no in staged.rest and c.no not in found]
     if unsure:
         flags = [
@@ -212,7 +213,7 @@ def _heard(con: duckdb.DuckDBPyConnection, concepts: list[_Concept], staged: _St
 
 def _says(c: _Concept, staged: _Staged, line: str = "") -> str:
     """SQL: the staged line says the concept's words: as Hyperscan found (`heard`), or RE2 reads."""
-    said = [f"list_contains({line}heard, {c.no})"] if c.no in staged.said else []
+    said = [f"list_contains({line}heard, {c.no})"] if staged.said is not None else []
     if c.no in staged.rest:
         said.append(f"regexp_matches({line}text, {_sql_text(staged.rest[c.no])})")
     return f"({' OR '.join(said)})" if said else "false"
