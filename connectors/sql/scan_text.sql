@@ -5,9 +5,13 @@
 -- line; the pre-filter is a boolean expression over x (one line). (Placeholders are not named in
 -- these comments: what fills them could end a comment line.)
 -- Lines flow as rows, not lists: the filter keeps the hits by a selection, and nothing is built for
--- the lines it drops (a list pass per fact cost three times as much).
+-- the lines it drops (a list pass per fact cost three times as much). A line is trimmed and cut
+-- only when it may need it (no more bytes than the limit: no more characters): rtrim and left
+-- walk every kept line's characters, ~0.5 us a line where the tests cost nothing.
 INSERT INTO raw_lines
-SELECT file_id, first + i - 1, left(rtrim(x, chr(13)), {max_line}), NULL, NULL
+SELECT file_id, first + i - 1,
+       CASE WHEN ends_with(x, chr(13)) OR strlen(x) > {max_line} THEN left(rtrim(x, chr(13)), {max_line}) ELSE x END,
+       NULL, NULL
 FROM (
     SELECT file_id, first, unnest(l) AS x, generate_subscripts(l, 1) AS i
     FROM (SELECT file_id, first, string_split(content, chr(10)) AS l FROM {pieces})
