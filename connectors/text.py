@@ -126,8 +126,8 @@ def scan_files(
     """Scan the files into raw_lines/source_files (with each file's first and last lines: whether
     it lies outside the attempt's window is told once every line's time is parsed, `apply_spans`)."""
     stats = ScanStats()
-    # Hyperscan finds the lines holding a literal and only those go to DuckDB, each as a piece of
-    # one line the query keeps whole; without it DuckDB splits every piece and tests every line
+    # Hyperscan finds the lines holding a literal and only those go to DuckDB, numbered, which the
+    # query keeps whole; without it DuckDB splits every piece and tests every line
     # (staging/prefilter.py). Either way the same statement numbers, trims and cuts what is kept.
     # A piece holding a runtime's partial records joins them first, then pre-filters in DuckDB.
     lines = matcher(tuple(sorted(set(prefilter))), PARTIAL_MARKERS) if engine() == "hyperscan" else None
@@ -135,7 +135,8 @@ def scan_files(
         name: render(
             name,
             SQL_DIR,
-            pieces=_LINES if lines is not None and name == "scan_text.sql" else _PIECES,
+            lines=_KEPT_LINES if lines is not None else _PIECE_LINES,
+            pieces=_PIECES,
             prefilter="true" if lines is not None and name == "scan_text.sql" else contains_any("x", prefilter),
             max_line=MAX_LINE,
         )
@@ -264,11 +265,12 @@ def _prefiltered(path: Path, read: ReadStats, s: _File, lines: LineMatcher, kept
     first = 1
     for data in read_blocks(path, read, PIECE_BYTES, MAX_LINE):
         if records.carry is None:
-            found, marked, n = lines.scan_bytes(data)
+            clean = clean_utf8(data)
+            found, marked, n = lines.scan_bytes(data, clean)
             if not marked:
                 _facts(s, data, n)
-                kept.add([(s.file_id, first + i, line) for i, line in found])
-                lenient, long = not clean_utf8(data), _may_hold_long(data)
+                kept.add(s.file_id, first, found)
+                lenient, long = not clean, _may_hold_long(data)
                 if lenient or long:
                     odd.add(s, Piece(decode(data)[0], first, n, lenient), long)
                 first += n
@@ -388,12 +390,20 @@ def _may_hold_long(text: str | bytes) -> bool:
 
 # A batch's pieces as a relation: a few pieces of megabytes, as lists.
 _PIECES = "(SELECT unnest($ids) AS file_id, unnest($firsts) AS first, unnest($texts) AS content)"
-# The lines Hyperscan kept (_Kept), each its own piece, passed as one text per column and split in
-# SQL: DuckDB converts a Python list's items one by one (3.2 s for 100,000 lines as three lists,
-# ~0.1 s as three strings); a line holds no line break.
-_LINES = (
-    "(SELECT unnest(string_split($ids, ','))::BIGINT AS file_id, unnest(string_split($firsts, ','))::BIGINT AS first, "
-    "unnest(string_split($texts, chr(10))) AS content)"
+# Their lines, numbered, for scan_text.sql. Lines flow as rows, not lists: the pre-filter keeps the
+# hits by a selection, and nothing is built for the lines it drops (a list pass per fact cost three
+# times as much).
+_PIECE_LINES = (
+    "(SELECT file_id, first + i - 1 AS lineno, x "
+    "FROM (SELECT file_id, first, unnest(l) AS x, generate_subscripts(l, 1) AS i "
+    f"FROM (SELECT file_id, first, string_split(content, chr(10)) AS l FROM {_PIECES})))"
+)
+# The lines Hyperscan kept (_Kept), passed as one text per column and split in SQL: DuckDB converts
+# a Python list's items one by one (3.2 s for 100,000 lines as three lists, ~0.1 s as three
+# strings); a line holds no line break.
+_KEPT_LINES = (
+    "(SELECT unnest(string_split($ids, ','))::BIGINT AS file_id, unnest(string_split($firsts, ','))::BIGINT AS lineno, "
+    "unnest(string_split($texts, chr(10))) AS x)"
 )
 
 
@@ -414,17 +424,18 @@ class _Kept:
         self.texts: list[str] = []
         self.size = 0
 
-    def add(self, lines: list[tuple[int, int, str]]) -> None:
-        for file_id, lineno, text in lines:
-            self.ids.append(str(file_id))
-            self.firsts.append(str(lineno))
-            self.texts.append(text)
-            self.size += len(text)
+    def add(self, file_id: int, first: int, found: list[tuple[int, str]]) -> None:
+        """A piece's kept lines (their index in the piece, their text), its first line numbered `first`."""
+        texts = [text for _, text in found]
+        self.ids.extend([str(file_id)] * len(texts))
+        self.firsts.extend([str(first + i) for i, _ in found])
+        self.texts.extend(texts)
+        self.size += sum(map(len, texts))
         if self.size >= KEPT_BYTES:
             self.flush()
 
     def flush(self) -> None:
-        """One statement (_LINES: one text per column, split in SQL)."""
+        """One statement (_KEPT_LINES: one text per column, split in SQL)."""
         if self.texts:
             self.con.execute(
                 self.query,
@@ -483,7 +494,7 @@ def _scan(
     odd: _Odd,
 ) -> None:
     """One statement splits and pre-filters a batch of pieces into raw_lines (with `lines`, the
-    lines Hyperscan found, each its own piece, gathered in `kept` until there are enough to write);
+    lines Hyperscan found, gathered in `kept` until there are enough to write);
     the pieces holding a runtime's partial records, another statement that joins them first; the
     pieces that may have lines with bad bytes or too long are counted by a third (`odd`)."""
     if lines is None:
@@ -492,14 +503,9 @@ def _scan(
     else:  # one Hyperscan pass a piece: the lines it keeps, and whether it may hold partial records
         scanned = [lines.scan(p.text) for _, p in batch]
         split = [holds_partial_records(p.text, marked) for (_, p), (_, marked) in zip(batch, scanned, strict=True)]
-        kept.add(
-            [
-                (s.file_id, p.first + i, line)
-                for (s, p), (found, _), parted in zip(batch, scanned, split, strict=True)
-                if not parted
-                for i, line in found
-            ]
-        )
+        for (s, p), (found, _), parted in zip(batch, scanned, split, strict=True):
+            if not parted:
+                kept.add(s.file_id, p.first, found)
         plain = []
     joined = [(s.file_id, p.first, p.text) for (s, p), parted in zip(batch, split, strict=True) if parted]
     for name, pieces in (("scan_text.sql", plain), ("scan_partial.sql", joined)):

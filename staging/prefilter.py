@@ -92,14 +92,16 @@ class LineMatcher:
         ends, marked = self._matches(data)
         return self._lines(data, ends, _as_text)[0], marked
 
-    def scan_bytes(self, data: bytes) -> tuple[list[tuple[int, str]], bool, int]:
+    def scan_bytes(self, data: bytes, clean: bool = False) -> tuple[list[tuple[int, str]], bool, int]:
         """`scan` of whole lines as a file holds them, undecoded: each kept line decoded as the
         whole would be (bad bytes and NULs as U+FFFD: a line break is never part of a character,
         so a line decodes alone as it does among the others); and the number of lines (line
         breaks + 1), counted on the way: one pass over the bytes where a count, a decode and an
-        encode of the whole piece cost ~3 passes more than Hyperscan's own."""
+        encode of the whole piece cost ~3 passes more than Hyperscan's own. `clean`: the bytes are
+        UTF-8 with no NUL (files.clean_utf8), so each line is decoded as it is, without the checks
+        for what is not (~0.4 us a kept line)."""
         ends, marked = self._matches(data)
-        kept, lines = self._lines(data, ends, _decoded, count=True)
+        kept, lines = self._lines(data, ends, bytes.decode if clean else _decoded, count=True)
         return kept, marked, lines
 
     def held(self, text: str) -> list[tuple[int, tuple[str, ...]]]:
