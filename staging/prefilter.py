@@ -409,8 +409,11 @@ class PatternMatcher:
         split = _kept_split(hs, patterns, flags)
         if split is not None:  # a process before this one split them (and kept their database)
             alts, taken = split
-            self._db = _database(hs, [form for *_, form in taken], flags) if taken else None
-        else:
+            try:
+                self._db = _database(hs, [form for *_, form in taken], flags) if taken else None
+            except hs.error:  # its database gone, and refused when compiled again: split again
+                split = None
+        if split is None:
             forms = [(i, alt, hyperscan_form(alt)) for i, p in enumerate(patterns) for alt in alternatives(p)]
             alts = [(i, alt) for i, alt, _ in forms]
             taken = [(i, alt, form.encode()) for i, alt, form in forms if form is not None]
