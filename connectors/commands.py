@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections.abc import Callable
 
 from workload_attribution.contracts.errors import SourceError, TransientSourceError
@@ -29,6 +28,8 @@ def run_tool(
 ) -> str:
     """The tool's stdout. `message(stdout, stderr)` may pick the line that names the failure when the
     first line of stderr does not (bjobs prints a forgotten job's JSON before its message)."""
+    import subprocess  # here: a bundle's diagnosis imports its scheduler's module, never runs a tool (~2 ms)
+
     try:
         # TZ=UTC: the tools print (and read, for -S/--since) wall-clock times in the reader's zone
         out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, "TZ": "UTC"})

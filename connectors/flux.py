@@ -372,7 +372,8 @@ def discover(src: FluxSource, cluster: str, since: datetime, until: datetime) ->
 class FluxJobEvent(BaseModel):
     """What deployments/flux/attribution-epilog (a job-manager epilog) sends when a job finishes."""
 
-    model_config = ConfigDict(extra="forbid", str_max_length=4096)
+    # its validator built when a notice first arrives: a process diagnosing a bundle never needs it
+    model_config = ConfigDict(extra="forbid", str_max_length=4096, defer_build=True)
 
     cluster: str = Field(pattern=NAME_PATTERN)
     job_id: str = Field(pattern=f"^{FLUX_JOB_ID.pattern}$", description="FLUX_JOB_ID")

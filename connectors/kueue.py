@@ -334,7 +334,8 @@ class WorkloadCondition(BaseModel):
 class KubernetesWorkloadEvent(BaseModel):
     """A Kueue Workload whose Finished or Evicted condition changed (deployments/kubernetes/forwarder.py)."""
 
-    model_config = ConfigDict(extra="forbid", str_max_length=4096)
+    # its validator built when a notice first arrives: a process diagnosing a bundle never needs it
+    model_config = ConfigDict(extra="forbid", str_max_length=4096, defer_build=True)
 
     cluster: str = Field(pattern=NAME_PATTERN)
     namespace: str = Field(pattern=f"^{K8S_NAMESPACE.pattern}$")

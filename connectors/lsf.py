@@ -419,7 +419,8 @@ def discover(src: LsfSource, cluster: str, since: datetime, until: datetime) -> 
 class LsfJobEvent(BaseModel):
     """What deployments/lsf/attribution-post-exec (a post-execution script) sends when a job ends."""
 
-    model_config = ConfigDict(extra="forbid", str_max_length=4096)
+    # its validator built when a notice first arrives: a process diagnosing a bundle never needs it
+    model_config = ConfigDict(extra="forbid", str_max_length=4096, defer_build=True)
 
     cluster: str = Field(pattern=NAME_PATTERN)
     job_id: str = Field(

@@ -316,7 +316,8 @@ def discover(src: PbsSource, cluster: str, since: datetime, until: datetime) -> 
 class PbsJobEvent(BaseModel):
     """What deployments/pbs/attribution_end.py (an execjob_end hook) sends when a job's run ends."""
 
-    model_config = ConfigDict(extra="forbid", str_max_length=4096)
+    # its validator built when a notice first arrives: a process diagnosing a bundle never needs it
+    model_config = ConfigDict(extra="forbid", str_max_length=4096, defer_build=True)
 
     cluster: str = Field(pattern=NAME_PATTERN)
     job_id: str = Field(pattern=f"^{PBS_JOB_ID.pattern}$")

@@ -362,7 +362,8 @@ def read_bundle(files: dict[str, str], scope: AttemptScope) -> JobRecord:
 class SlurmJobEvent(BaseModel):
     """What deployments/slurm/attribution-hook sends when a job ends (jobcomp/script)."""
 
-    model_config = ConfigDict(extra="forbid", str_max_length=4096)
+    # its validator built when a notice first arrives: a process diagnosing a bundle never needs it
+    model_config = ConfigDict(extra="forbid", str_max_length=4096, defer_build=True)
 
     cluster: str = Field(pattern=NAME_PATTERN)
     job_id: str = Field(pattern=f"^{SLURM_JOB_ID.pattern}$")

@@ -154,4 +154,7 @@ class Snapshots:
 
 @lru_cache(maxsize=1024)
 def _views_named(sql: str) -> tuple[str, ...]:
-    return tuple(v for v in Snapshots.VIEWS if re.search(rf"\b{v}\b", sql, re.IGNORECASE))
+    # the word searched for only in a rule that holds the name at all: three case-blind regex scans
+    # of each rule's SQL cost a new process's first attempt ~3-7 ms, the substring test ~0.2 ms
+    lowered = sql.lower()
+    return tuple(v for v in Snapshots.VIEWS if v in lowered and re.search(rf"\b{v}\b", sql, re.IGNORECASE))

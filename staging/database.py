@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import sys
 import uuid
 from collections.abc import Iterable, Iterator
@@ -199,11 +198,15 @@ def contains_any(column: str, literals: Iterable[str]) -> str:
     return _alternation(column, tuple(sorted({lit for lit in literals if lit})))
 
 
+# RE2's metacharacters, each escaped with a backslash (str.translate: a re.sub per literal cost a
+# new process's first attempt ~3.6 ms for the shipped pack's log sources, this ~1.7 ms)
+_RE2_ESCAPES = str.maketrans({c: "\\" + c for c in ".^$*+?()[]{}|\\"})
+
+
 @lru_cache(maxsize=64)
 def _alternation(column: str, lits: tuple[str, ...]) -> str:
-    """contains_any's expression, kept: a source's ~1,000 literals escaped one by one cost ~3 ms,
-    for the same pack's literals at every attempt."""
+    """contains_any's expression, kept: the same pack's literals at every attempt."""
     if not lits:
         return "false"
-    alternation = "|".join(re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", lit) for lit in lits)
+    alternation = "|".join(lit.translate(_RE2_ESCAPES) for lit in lits)
     return f"regexp_matches({column}, {sql_literal(alternation)})"

@@ -19,6 +19,7 @@ a pattern it may read otherwise, or refuses, is left to RE2.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import re
@@ -407,17 +408,27 @@ class PatternMatcher:
     def __init__(self, patterns: tuple[str, ...]):
         hs = _hyperscan()
         flags = hs.HS_FLAG_UTF8 | hs.HS_FLAG_SINGLEMATCH
-        alts = [(i, alt, hyperscan_form(alt)) for i, p in enumerate(patterns) for alt in alternatives(p)]
-        taken = [(i, alt, form.encode()) for i, alt, form in alts if form is not None]
-        try:
-            self._db = _database(hs, [form for *_, form in taken], flags) if taken else None
-        except hs.error:  # one is refused (too large, matching nothing but the empty text ...): each tried
-            taken = [t for t in taken if _compiles(hs, t[2], flags)]
-            self._db = _database(hs, [form for *_, form in taken], flags) if taken else None
+        split = _kept_split(hs, patterns, flags)
+        if split is not None:  # a process before this one split them (and kept their database)
+            alts, taken = split
+            try:
+                self._db = _database(hs, [form for *_, form in taken], flags) if taken else None
+            except hs.error:  # its database gone, and refused when compiled again: split again
+                split = None
+        if split is None:
+            forms = [(i, alt, hyperscan_form(alt)) for i, p in enumerate(patterns) for alt in alternatives(p)]
+            alts = [(i, alt) for i, alt, _ in forms]
+            taken = [(i, alt, form.encode()) for i, alt, form in forms if form is not None]
+            try:
+                self._db = _database(hs, [form for *_, form in taken], flags) if taken else None
+            except hs.error:  # one is refused (too large, matching nothing but the empty text ...): each tried
+                taken = [t for t in taken if _compiles(hs, t[2], flags)]
+                self._db = _database(hs, [form for *_, form in taken], flags) if taken else None
+            _keep_split(hs, patterns, flags, alts, taken)
         self._ids = [i for i, *_ in taken]  # a database id's pattern
         kept = {(i, alt) for i, alt, _ in taken}
         rest: dict[int, list[str]] = {}
-        for i, alt, _ in alts:
+        for i, alt in alts:
             if (i, alt) not in kept:
                 rest.setdefault(i, []).append(alt)
         self.rest = tuple("|".join(rest.get(i, ())) for i in range(len(patterns)))
@@ -438,6 +449,51 @@ class PatternMatcher:
             scratch = self._local.scratch = _hyperscan().Scratch(self._db)
         self._db.scan(text.encode("utf-8", "surrogatepass"), match_event_handler=hit, scratch=scratch)
         return found
+
+
+# Splitting the concepts' patterns into alternatives and writing each in Hyperscan's form cost a new
+# process ~7 ms (~400 alternatives, a character at a time) wherever a line held a concept's literal;
+# so the split is kept beside the databases, as JSON, under a key covering the patterns, this
+# module's code (what decides a form), Hyperscan's version and what it builds for here (what it
+# refuses). Written whole, then renamed; no cache directory or an unreadable entry: split again.
+_Split = tuple[list[tuple[int, str]], list[tuple[int, str, bytes]]]
+
+
+def _split_path(hs: Any, patterns: tuple[str, ...], flags: int) -> Path:
+    digest = hashlib.sha256(
+        f"{_CACHE_FORMAT}|{getattr(hs, '__version__', '?')}|{platform.machine()}|{_platform(hs)}|{flags}|".encode()
+    )
+    digest.update(Path(__file__).read_bytes())
+    for p in patterns:
+        digest.update(f"\0{len(p)}\0{p}".encode("utf-8", "surrogatepass"))
+    return _cache_dir().with_name("hyperscan-forms") / f"{digest.hexdigest()[:40]}.json"
+
+
+def _kept_split(hs: Any, patterns: tuple[str, ...], flags: int) -> _Split | None:
+    try:
+        doc = json.loads(_split_path(hs, patterns, flags).read_bytes())
+        alts = [(int(i), str(alt)) for i, alt in doc["alternatives"]]
+        taken = [(int(i), str(alt), str(form).encode()) for i, alt, form in doc["taken"]]
+    except Exception:  # none kept, unreadable, or no home to name a cache in: split again
+        return None
+    return alts, taken
+
+
+def _keep_split(
+    hs: Any, patterns: tuple[str, ...], flags: int, alts: list[tuple[int, str]], taken: list[tuple[int, str, bytes]]
+) -> None:
+    try:
+        path = _split_path(hs, patterns, flags)
+        body = json.dumps({"alternatives": alts, "taken": [(i, alt, form.decode()) for i, alt, form in taken]})
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(body)
+        os.replace(tmp, path)
+        kept = sorted(path.parent.glob("*.json"), key=lambda f: f.stat().st_mtime, reverse=True)
+        for old in kept[_CACHE_KEEP:]:
+            old.unlink(missing_ok=True)
+    except Exception:  # a read-only home, a full disk: nothing kept, the next process splits again
+        pass
 
 
 def _compiles(hs: Any, pattern: bytes, flags: int) -> bool:

@@ -231,6 +231,33 @@ def test_a_database_of_patterns_is_kept_apart_from_one_of_the_same_literals(
     assert [built.matching(line) for line in lines] == [set(), set(), set(), {0, 1}, {0}, {0}]
 
 
+@needs_hyperscan
+def test_the_patterns_split_is_kept_and_read_back_the_same(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new process reads the concepts' alternatives and their Hyperscan forms a previous one kept
+    (prefilter._kept_split), and matches as the one that split them; other patterns are another entry."""
+    from workload_attribution.rules.pack import default_pack
+
+    patterns = tuple(c.says for c in default_pack().concepts)
+    built = prefilter.PatternMatcher(patterns)
+    [entry] = cache.with_name("hyperscan-forms").glob("*.json")
+
+    def never(*_a: object) -> None:
+        raise AssertionError("split again")
+
+    monkeypatch.setattr(prefilter, "hyperscan_form", never)
+    loaded = prefilter.PatternMatcher(patterns)
+    assert loaded.rest == built.rest and any(built.rest) and loaded._ids == built._ids
+    lines = TEXT.splitlines() + ["OUT_OF MEMORY", "Cuda failure 700 'an illegal memory access'"]
+    assert [loaded.matching(line) for line in lines] == [built.matching(line) for line in lines]
+    with pytest.raises(AssertionError):
+        prefilter.PatternMatcher(patterns[:-1])
+    entry.write_text("not JSON")
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache.parent.parent))
+    assert prefilter.PatternMatcher(patterns).rest == built.rest  # split again, and kept again
+    assert json.loads(entry.read_text())["taken"]
+
+
 def test_reading_ahead_takes_kept_tables_without_a_statement(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     expected = _tables(data)
     monkeypatch.setattr(pack_data, "_CSV_TABLES", {})  # a new process, every table kept on disk
