@@ -286,12 +286,15 @@ def _prefiltered(path: Path, read: ReadStats, s: _File, lines: LineMatcher, kept
 def _open_tail(text: str) -> int | None:
     """Where the first run of partial records still open at the piece's end starts (a line's
     offset), None when none is: walked back from the end until each stream met has its latest
-    record whole, or its open run's start (both streams met, or OPEN_LOOKBACK lines with none open)."""
+    record whole, or its open run's start (both streams met, or OPEN_LOOKBACK lines with none open),
+    and the record before each one carried is met: a run of one stream that closed after the start
+    (another stream's run opened between its parts) is carried whole, from its first part."""
     # the walk below stops OPEN_LOOKBACK lines up unless it met a partial record by then: with none
     # in those lines (most pieces) no run is open, and the rest of the piece need not be searched
     if not holds_partial_records(text[_lines_up(text, OPEN_LOOKBACK, MAX_CARRY) :]):
         return None
     latest: dict[str, bool] = {}  # stream -> its run still open (walking back: not yet its start)
+    nearest: dict[str, int] = {}  # stream -> where its record met last (walking back) starts
     start, end, walked = None, len(text), 0
     while end >= 0 and len(text) - end <= MAX_CARRY:
         nl = text.rfind("\n", 0, end)
@@ -303,8 +306,17 @@ def _open_tail(text: str) -> int | None:
                 latest[stream] = partial
                 if partial:
                     start = nl + 1
+            elif partial and start is not None and nearest[stream] >= start:
+                # a run of this stream closed after where the carry starts (another stream's run
+                # open between its parts): cut there, the two parts of one line would be apart
+                latest[stream] = True
+                start = nl + 1
+            nearest[stream] = nl + 1
         walked += 1
-        if not any(latest.values()) and (len(latest) >= 2 or walked >= OPEN_LOOKBACK):
+        # done when each stream met has its latest record whole or its open run's start, and what
+        # precedes every record carried is met (a part there joins it)
+        carried = start is not None and any(at >= start for at in nearest.values())
+        if not any(latest.values()) and not carried and (len(latest) >= 2 or walked >= OPEN_LOOKBACK):
             break
         end = nl if nl >= 0 else -1
     return start
