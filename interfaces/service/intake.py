@@ -127,11 +127,12 @@ async def create_flow_run(
     client: Any, deployment_id: Any, key: str, parameters: dict[str, Any], tags: list[str]
 ) -> Any:
     """The deployment's flow run for `key` (Prefect's create_flow_run_from_deployment, Scheduled now),
-    without the server's check of the parameters against the deployment's schema: they are a
-    Target this service validated (pydantic) and the flow validates them again when it runs. The
-    server's check first validates the schema itself (jsonschema's metaschema), ~6 ms of its CPU
-    a run: ~5% of its busy samples in a storm (tests/bench/trigger_storm.py). The deployment still
-    enforces its schema for every other caller (the UI, the CLI, the API)."""
+    named as the flow names it (run_name), without the server's check of the parameters against
+    the deployment's schema: they are a Target this service validated (pydantic) and the flow
+    validates them again when it runs. The server's check first validates the schema itself
+    (jsonschema's metaschema), ~6 ms of its CPU a run: ~5% of its busy samples in a storm
+    (tests/bench/trigger_storm.py). The deployment still enforces its schema for every other
+    caller (the UI, the CLI, the API)."""
     from prefect.client.schemas.actions import DeploymentFlowRunCreate
     from prefect.client.schemas.objects import FlowRun
     from prefect.states import Scheduled, to_state_create
@@ -141,7 +142,7 @@ async def create_flow_run(
         enforce_parameter_schema=False,
         state=to_state_create(Scheduled()),
         tags=list(tags),
-        name=key.replace(":", "-")[:200],
+        name=run_name(key, parameters),
         idempotency_key=key,
     )
     response = await client.request(
@@ -151,6 +152,17 @@ async def create_flow_run(
         json=create.model_dump(mode="json", exclude_unset=True),
     )
     return FlowRun.model_validate(response.json())
+
+
+def run_name(key: str, parameters: dict[str, Any]) -> str:
+    """The run's name: its target described, the name the flow gives its run (flows/attempt.py
+    _named), so the flow need not rename it; the key for parameters that are no Target."""
+    from workload_attribution.contracts.identity import Target
+
+    try:
+        return Target.model_validate(parameters["target"]).describe()
+    except (KeyError, TypeError, ValueError):
+        return key.replace(":", "-")[:200]
 
 
 class Trigger:

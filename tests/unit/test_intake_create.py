@@ -37,6 +37,16 @@ def test_a_run_is_created_scheduled_under_its_key_and_the_parameters_are_not_che
     assert (method, path) == ("POST", f"/deployments/{deployment}/create_flow_run")
     assert body["enforce_parameter_schema"] is False
     assert body["parameters"] == params and body["tags"] == ["trigger:kubernetes"]
-    assert body["idempotency_key"] == "k8s:kueue:team-a/wl:0" and body["name"] == "k8s-kueue-team-a/wl-0"
+    assert body["idempotency_key"] == "k8s:kueue:team-a/wl:0"
+    assert body["name"] == "k8s:team-a/wl:0"  # what the flow names its run: it need not rename it
     assert body["state"]["type"] == "SCHEDULED"
-    assert run.name == "k8s-kueue-team-a/wl-0"
+    assert run.name == "k8s:team-a/wl:0"
+
+
+def test_a_run_is_named_after_its_target_as_the_flow_names_it_else_after_its_key():
+    from workload_attribution.contracts.identity import Target
+    from workload_attribution.service.intake import run_name
+
+    target = Target(cluster="k8s", job_id="team-a/wl", attempt=2)
+    assert run_name("k", {"target": target.model_dump(mode="json", exclude_none=True)}) == target.describe()
+    assert run_name("k8s:kueue:team-a/wl:2", {"target": "not a target"}) == "k8s-kueue-team-a/wl-2"
