@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workload_attribution.connectors import scheduler_records as sr
 from workload_attribution.connectors.coverage import Cover, Tally
-from workload_attribution.connectors.http import http_get
+from workload_attribution.connectors.http import http_get, tls
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.connectors.schedulers import Notice, Scheduler, Webhook, register_scheduler, state_table
 from workload_attribution.contracts.errors import BadInput, SourceError
@@ -114,7 +114,7 @@ def _client(src: KueueSource, transport: httpx.BaseTransport | None) -> httpx.Cl
     return httpx.Client(
         base_url=url.rstrip("/"),
         headers=headers,
-        verify=verify,
+        verify=tls(verify),
         transport=transport,
         timeout=httpx.Timeout(src.timeout_s, connect=min(src.timeout_s, 5.0)),
     )

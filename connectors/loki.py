@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from workload_attribution.connectors.coverage import Cover, Tally
-from workload_attribution.connectors.http import escape_double_quoted, http_get
+from workload_attribution.connectors.http import escape_double_quoted, http_get, tls
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.contracts.models import Details
 from workload_attribution.staging.database import connected
@@ -169,7 +169,7 @@ def collect(ctx: CollectContext[LokiSource]) -> Collected:
     timeout = httpx.Timeout(src.timeout_s, connect=min(src.timeout_s, 5.0))
     headers = {"X-Scope-OrgID": src.tenant} if src.tenant else {}
     with httpx.Client(
-        base_url=src.url.rstrip("/"), timeout=timeout, headers=headers, transport=ctx.transport
+        base_url=src.url.rstrip("/"), timeout=timeout, headers=headers, transport=ctx.transport, verify=tls()
     ) as client:
         try:
             streams = _streams(client, src, selector, _ns(start), _ns(end))

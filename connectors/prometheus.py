@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from workload_attribution.connectors.coverage import Cover, Tally
-from workload_attribution.connectors.http import escape_double_quoted, http_get
+from workload_attribution.connectors.http import escape_double_quoted, http_get, tls
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.contracts.models import Details, Observation
 from workload_attribution.staging.database import connected
@@ -184,7 +184,7 @@ def collect(ctx: CollectContext[PrometheusSource]) -> Collected:
 
     timeout = httpx.Timeout(src.timeout_s, connect=min(src.timeout_s, 5.0))
     with httpx.Client(
-        base_url=src.url.rstrip("/"), timeout=timeout, headers=src.headers, transport=ctx.transport
+        base_url=src.url.rstrip("/"), timeout=timeout, headers=src.headers, transport=ctx.transport, verify=tls()
     ) as client:
         for name, expr in src.queries.items():
             res, got = _query(client, src, name, render_query(expr, scope.nodes), start, end, step)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from workload_attribution.connectors import scheduler_records as sr
 from workload_attribution.connectors.commands import run_tool
 from workload_attribution.connectors.coverage import Cover, Tally
-from workload_attribution.connectors.http import http_get
+from workload_attribution.connectors.http import http_get, tls
 from workload_attribution.connectors.registry import CollectContext, Collected, SourceConfig, register
 from workload_attribution.connectors.schedulers import (
     BundleRecord,
@@ -106,6 +106,7 @@ class Rest:
             transport=transport,
             timeout=httpx.Timeout(src.timeout_s, connect=min(5.0, src.timeout_s)),
             headers={"X-SLURM-USER-NAME": src.user, "X-SLURM-USER-TOKEN": token},
+            verify=tls(),
         )
         self.version = self._negotiate()
 

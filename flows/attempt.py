@@ -180,14 +180,20 @@ class PrefectRunner:
         return _logged("act", act, diagnosis, options, said=_actions_said)
 
 
-def _run_name() -> str:
-    from prefect.runtime import flow_run
+def _named(target: Target) -> None:
+    """The run named after its target (Target.describe), unless it is already: `attribution serve`
+    creates its runs so named, and a run created otherwise (the UI, the API) is renamed here.
+    Prefect's flow_run_name renames every run, one more request a run for the server (and a
+    PATCH of the run in its database) for a name the run already has."""
+    from prefect.context import FlowRunContext
 
-    raw = flow_run.parameters.get("target")
-    try:
-        return (raw if isinstance(raw, Target) else Target.model_validate(raw)).describe()
-    except Exception:
-        return "attempt"
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None or ctx.client is None:
+        return
+    name = target.describe()
+    if ctx.flow_run.name != name:
+        ctx.client.set_flow_run_name(ctx.flow_run.id, name)
+        ctx.flow_run.name = name
 
 
 def run_story(target: Target, options: Options) -> dict[str, Any]:
@@ -197,7 +203,6 @@ def run_story(target: Target, options: Options) -> dict[str, Any]:
 
 @flow(
     name="attribute-attempt",
-    flow_run_name=_run_name,
     task_runner=ThreadPoolTaskRunner(max_workers=8),  # type: ignore[arg-type]  # Prefect's generic, not ours
     log_prints=False,
 )
@@ -211,6 +216,7 @@ def attribute_attempt(target: Target) -> dict[str, Any]:
     waits, with retries, until the scheduler has recorded the attempt's end. `attempt` is what the
     trigger reported; the scheduler's own restart count is what the diagnosis records.
     """
+    _named(target)
     _not_crashed_too_often()
     target, options = resolve(load_config(), target)
     return run_story(target, options)

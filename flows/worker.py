@@ -11,7 +11,8 @@ What Prefect's engine does per run that buys nothing in a warm process, and is d
 
 - a heartbeat thread per run, joined for up to a second at its end: off for this worker's runs;
   the worker emits the same `prefect.flow-run.heartbeat` events itself, for every run in flight,
-  from its polling loop;
+  from its polling loop, the first one a heartbeat interval after the claim (a run of seconds
+  sends none: its Pending and Running events already say it is alive);
 - a new API client per run (an SSL context, a connection, a CSRF token: a GET): each flow-run
   thread keeps one client and the run's settings for its whole life;
 - the server's default result storage, read three times a run (GET /admin/storage) for results
@@ -123,7 +124,10 @@ class InProcessWorker:
             log.exception("could not mark flow run %s crashed", flow_run.id)
 
     def heartbeat(self, every_s: float = HEARTBEAT_S) -> None:
-        """Prefect's flow-run heartbeat event for each run in flight (what its engine would send)."""
+        """Prefect's flow-run heartbeat event for each run in flight (what its engine would send),
+        `every_s` after its claim and then every `every_s`: the claim's Pending event and the run's
+        Running event already start the automation's window (flows/deployments.py ALIVE), so a beat
+        at once would be one more event for the server a run (most runs end within seconds)."""
         from prefect.events import emit_event
 
         now = time.monotonic()
@@ -161,6 +165,7 @@ class InProcessWorker:
                 self._crash(client, flow_run, exc)
                 continue
             self._running[str(flow_run.id)] = (pool.submit(self._execute, flow, flow_run), flow_run)
+            self._beats[str(flow_run.id)] = time.monotonic()  # the claim's Pending event said it is alive
             started += 1
         return started
 

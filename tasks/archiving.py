@@ -6,6 +6,7 @@ the rules gave, and that state (a replay from a later point starts from it).
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING
 
@@ -69,6 +70,26 @@ def _checkpoint(con: duckdb.DuckDBPyConnection, point: str, prefix: str, made: s
     return Checkpoint(prefix=prefix, events=events, tables={t: text or "" for t, text in texts.items()})
 
 
+# (the pack's id, the point, the settings) -> (the pack, its prefix digest): a pack is not changed
+# once loaded, and a worker runs every attempt with the one it loaded (rules.pack.default_pack keeps
+# it), so its rules are digested once a process, not 4-5 ms each attempt archived
+_PREFIXES: dict[tuple[int, str, str], tuple[Pack, str]] = {}
+
+
+def _prefix(pack: Pack, point: str, given: dict) -> str:
+    from workload_attribution.rules.diff import prefix_digest
+
+    key = (id(pack), point, json.dumps(given, sort_keys=True, default=str))
+    kept = _PREFIXES.get(key)
+    if kept is not None and kept[0] is pack:
+        return kept[1]
+    digest = prefix_digest(pack, point, given)
+    if len(_PREFIXES) > 64:  # packs come and go in a long-lived process
+        _PREFIXES.clear()
+    _PREFIXES[key] = (pack, digest)
+    return digest
+
+
 def archive_attempt(
     staging: str,
     diagnosis: Diagnosis,
@@ -80,7 +101,6 @@ def archive_attempt(
 ) -> str | None:
     """Archive one diagnosed attempt; None when done, else the note the diagnosis carries instead
     (an archive that cannot be written never costs the diagnosis)."""
-    from workload_attribution.rules.diff import prefix_digest
     from workload_attribution.staging.snapshot import EVIDENCE_TABLES, dump
     from workload_attribution.warehouse.archive import Archive, EvidenceTooLarge, Manifest, Packed, settings_dict
 
@@ -90,7 +110,7 @@ def archive_attempt(
             rows = dump(con, EVIDENCE_TABLES, packed.write)
             given = settings_dict(settings)
             made = _kept_tables(con)
-            kept = {point: _checkpoint(con, point, prefix_digest(pack, point, given), made) for point in KEPT}
+            kept = {point: _checkpoint(con, point, _prefix(pack, point, given), made) for point in KEPT}
         digest, body = packed.finish()
         manifest = Manifest(
             diagnosis_id=diagnosis.diagnosis_id,

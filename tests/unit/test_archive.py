@@ -167,3 +167,19 @@ def test_no_warehouse_no_archive(tmp_path):
     d = diagnose(WORKED, archive=True)
     assert not any(n.startswith("evidence not archived") for n in d.notes)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_packs_prefix_digests_are_computed_once_and_are_its_own():
+    """The archive's checkpoints are named by the pack's prefix digests: a worker's one pack is
+    digested once, and another pack (another object, other rules) gets its own digests."""
+    from workload_attribution.rules.diff import prefix_digest
+    from workload_attribution.tasks import archiving
+    from workload_attribution.warehouse.archive import settings_dict
+
+    pack, given = default_pack(), settings_dict(Settings())
+    first = {p: archiving._prefix(pack, p, given) for p in archiving.KEPT}
+    assert first == {p: prefix_digest(pack, p, given) for p in archiving.KEPT}
+    assert {p: archiving._prefix(pack, p, given) for p in archiving.KEPT} == first
+    other = pack.model_copy(update={"rules": pack.rules[1:]})  # same path and version, a rule fewer
+    assert archiving._prefix(other, "roles", given) == prefix_digest(other, "roles", given) != first["roles"]
+    assert archiving._prefix(pack, "roles", {**given, "x": 1}) != first["roles"]

@@ -47,6 +47,7 @@ def test_prefect_server_env_is_the_rendered_settings():
 def test_the_server_settings_are_prefect_settings_it_reads():
     """Each name is a Prefect setting (a misspelt one would be ignored silently) that parses to its value."""
     import os
+    from datetime import timedelta
     from unittest import mock
 
     from prefect.settings import Settings
@@ -57,7 +58,8 @@ def test_the_server_settings_are_prefect_settings_it_reads():
         read = _flat(Settings().model_dump())
     for name, value in SERVER_SETTINGS.items():
         assert name in read, f"{name}: not a Prefect setting"
-        assert str(read[name]).removesuffix(".0") == value, (name, read[name])
+        got = read[name].total_seconds() if isinstance(read[name], timedelta) else read[name]  # seconds settings
+        assert str(got).removesuffix(".0") == value, (name, read[name])
 
 
 def _flat(doc: dict, prefix: str = "PREFECT") -> dict:
