@@ -236,17 +236,22 @@ def _database(hs: Any, patterns: list[bytes], flags: int | None = None) -> Any:
         pass
     db = _compile(hs, patterns, flags)
     try:
-        body = hs.dumpb(db)
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-        tmp.write_bytes(body)
-        os.replace(tmp, path)
-        kept = sorted(path.parent.glob("*.hsdb"), key=lambda f: f.stat().st_mtime, reverse=True)
-        for old in kept[_CACHE_KEEP:]:
-            old.unlink(missing_ok=True)
+        _keep_file(path, hs.dumpb(db))
     except Exception:  # a read-only home, a full disk: nothing kept, the next process compiles again
         pass
     return db
+
+
+def _keep_file(path: Path, body: bytes) -> None:
+    """An entry of a cache folder written whole, then renamed (a reader never sees half of one);
+    the folder's newest _CACHE_KEEP entries of its kind kept, the rest removed."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    tmp.write_bytes(body)
+    os.replace(tmp, path)
+    kept = sorted(path.parent.glob(f"*{path.suffix}"), key=lambda f: f.stat().st_mtime, reverse=True)
+    for old in kept[_CACHE_KEEP:]:
+        old.unlink(missing_ok=True)
 
 
 SCAN_ROWS = 20_000  # rows fetched and scanned at a time by rows_holding
@@ -483,15 +488,8 @@ def _keep_split(
     hs: Any, patterns: tuple[str, ...], flags: int, alts: list[tuple[int, str]], taken: list[tuple[int, str, bytes]]
 ) -> None:
     try:
-        path = _split_path(hs, patterns, flags)
         body = json.dumps({"alternatives": alts, "taken": [(i, alt, form.decode()) for i, alt, form in taken]})
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-        tmp.write_text(body)
-        os.replace(tmp, path)
-        kept = sorted(path.parent.glob("*.json"), key=lambda f: f.stat().st_mtime, reverse=True)
-        for old in kept[_CACHE_KEEP:]:
-            old.unlink(missing_ok=True)
+        _keep_file(_split_path(hs, patterns, flags), body.encode())
     except Exception:  # a read-only home, a full disk: nothing kept, the next process splits again
         pass
 
