@@ -93,6 +93,10 @@ class RuleTest(Strict):
     expect_count: int | None = None
 
 
+# The sources whose observations are log lines (`log_lines`): what the scan keeps by the literals.
+LOG_SOURCES = frozenset({"app", "syslog", "fabricmanager", "scheduler_log"})
+
+
 class Rule(Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     version: int = Field(ge=1)
@@ -155,10 +159,9 @@ class Rule(Strict):
     def _one_body(self) -> Rule:
         if bool(self.sql) == bool(self.python):
             raise ValueError("exactly one of 'sql' or 'python' is required")
-        text_sources = {"app", "syslog", "fabricmanager", "scheduler_log"}
         if (
             self.phase == "extract"
-            and set(self.sources) & text_sources
+            and set(self.sources) & LOG_SOURCES
             and not (self.prefilter or self.catalog or self.concepts)
         ):
             raise ValueError("extract rules reading log sources need a 'prefilter' (literal strings)")
@@ -224,6 +227,7 @@ class Pack(BaseModel):
     _memo: dict[tuple[Any, ...], list[str]] = PrivateAttr(default_factory=dict)
     _tables: dict[str, str] = PrivateAttr(default_factory=dict)  # see table_json
     _selects: set[str] = PrivateAttr(default_factory=set)  # see check_select
+    _lines_only: dict[str, bool] = PrivateAttr(default_factory=dict)  # see reads_only_lines
     catalog: list[CatalogRow] = Field(default_factory=list, description="the message catalogs' rows (catalogs/*.csv)")
     concepts: list[Concept] = Field(default_factory=list, description="the failure concepts (concepts/*.yaml)")
 
@@ -266,6 +270,24 @@ class Pack(BaseModel):
                     self.check_select(rule.sql)
                 except Exception:  # the rule fails when it runs, and says why then
                     pass
+            self.reads_only_lines(rule)
+
+    def reads_only_lines(self, rule: Rule) -> bool:
+        """Whether an extract rule can find something only where a log line holds one of its own
+        pre-filter literals (rule_literals): its SQL reads no table but `log_lines`, of log sources
+        only. A rule's tests keep their lines by those literals alone, as the scan of a source keeps
+        no line holding none of the pack's; so where no line holds one, the engine does not run it
+        (rules/held.py). Its SQL is parsed once per version of the pack and kept with it."""
+        if rule.phase != "extract" or not rule.sql or not rule.prefilter or rule.catalog or rule.concepts:
+            return False
+        if not rule.sources or not set(rule.sources) <= LOG_SOURCES or any("\n" in lit for lit in rule.prefilter):
+            return False  # a literal holding a line break holds no line: the scan leaves it out
+        found = self._lines_only.get(rule.sql)
+        if found is None:
+            from workload_attribution.rules.reads import reads_only
+
+            found = self._lines_only[rule.sql] = reads_only(rule.sql, "log_lines")
+        return found
 
     def check_select(self, sql: str) -> None:
         """sandbox.single_select: a rule's SQL is one SELECT. Parsing the pack's ~40 rules cost a new
@@ -661,6 +683,7 @@ _PACK_CODE = (
     Path(__file__),
     Path(__file__).with_name("catalog.py"),
     Path(__file__).with_name("concepts.py"),
+    Path(__file__).with_name("reads.py"),  # Pack.reads_only_lines
     Path(__file__).resolve().parents[1] / "contracts" / "vocabulary.py",
 )
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import duckdb
 
+from workload_attribution.rules.held import Held
 from workload_attribution.rules.pack import Pack, Rule
 from workload_attribution.rules.pack_data import DATA_DIR, load_catalog_table, load_concepts_table, load_pack_data
 from workload_attribution.rules.runner import RunResult, run_rule
@@ -136,11 +137,14 @@ def run_phases(
         prepare(con, pack, settings)
     snapshots = Snapshots()
     present = Present()
+    held = Held(pack)
 
     def run(rules: list[Rule]) -> None:
         for rule in rules:
-            if not present.any_of(con, rule):
-                continue  # nothing it requires is there: it would find nothing (Rule.requires)
+            # it would find nothing: none of what it requires is there (Rule.requires), or no line
+            # holds one of its literals (rules/held.py)
+            if not present.any_of(con, rule) or held.reads_nothing(con, rule):
+                continue
             fired = len(result.fired)
             run_rule(con, pack, rule, settings, result, snapshots)
             if len(result.fired) > fired and present.changed_by(con, rule):

@@ -87,6 +87,40 @@ def sql_tables(sql: str) -> frozenset[str] | None:
     return frozenset(found)
 
 
+def reads_only(sql: str, table: str) -> bool:
+    """Whether a SELECT reads from no table but `table` (its CTEs aside) and calls no table function
+    (a table macro may read anything); False when it does not parse."""
+    tree = parse_sql(sql)
+    if tree is None:
+        return False
+    tables: set[str] = set()
+    _walk(tree, tables)
+    return tables - _cte_names(tree) <= {table.lower()} and not _holds(tree, "TABLE_FUNCTION")
+
+
+def _cte_names(node: Any) -> set[str]:
+    found: set[str] = set()
+    if isinstance(node, dict):
+        for entry in (node.get("cte_map") or {}).get("map") or []:
+            if isinstance(entry, dict) and isinstance(entry.get("key"), str):
+                found.add(entry["key"].lower())
+        for value in node.values():
+            found |= _cte_names(value)
+    elif isinstance(node, list):
+        for value in node:
+            found |= _cte_names(value)
+    return found
+
+
+def _holds(node: Any, kind: str) -> bool:
+    """Whether the parse tree has a node of that type."""
+    if isinstance(node, dict):
+        return node.get("type") == kind or any(_holds(v, kind) for v in node.values())
+    if isinstance(node, list):
+        return any(_holds(v, kind) for v in node)
+    return False
+
+
 def parse_sql(sql: str) -> dict[str, Any] | None:
     """DuckDB's parse tree of a statement (json_serialize_sql: no binding); None when it does not parse."""
     con = duckdb.connect()

@@ -24,7 +24,7 @@ import os
 import platform
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -177,14 +177,15 @@ def _decoded(line: bytes) -> str:
     return decode(line)[0]
 
 
-def _compile(hs: Any, patterns: list[bytes], flags: int | None = None) -> Any:
-    """The database of literals, or with `flags` of regular expressions (ids: their positions)."""
+def _compile(hs: Any, patterns: list[bytes], flags: int | None = None, once: bool = False) -> Any:
+    """The database of literals, or with `flags` of regular expressions (ids: their positions);
+    `once`: each reported once a scan at most (SINGLEMATCH)."""
     db = hs.Database(mode=hs.HS_MODE_BLOCK)
     db.compile(
         expressions=patterns,
         ids=list(range(len(patterns))),
         elements=len(patterns),
-        flags=[flags or 0] * len(patterns),
+        flags=[(flags or 0) | (hs.HS_FLAG_SINGLEMATCH if once else 0)] * len(patterns),
         literal=flags is None,
     )
     return db
@@ -211,9 +212,10 @@ def _platform(hs: Any) -> str:
     return hashlib.sha256(hs.dumpb(_compile(hs, [b"attribution"]))).hexdigest()[:16]
 
 
-def _cache_key(hs: Any, patterns: list[bytes], flags: int | None = None) -> str:
+def _cache_key(hs: Any, patterns: list[bytes], flags: int | None = None, once: bool = False) -> str:
     version = getattr(hs, "__version__", "?")
     kind = "" if flags is None else f"regex {flags}|"  # a literal database's key as it always was
+    kind += "once|" if once else ""
     digest = hashlib.sha256(
         f"{_CACHE_FORMAT}|{version}|{platform.machine()}|{_platform(hs)}|{len(patterns)}|{kind}".encode()
     )
@@ -223,18 +225,18 @@ def _cache_key(hs: Any, patterns: list[bytes], flags: int | None = None) -> str:
     return digest.hexdigest()[:40]
 
 
-def _database(hs: Any, patterns: list[bytes], flags: int | None = None) -> Any:
+def _database(hs: Any, patterns: list[bytes], flags: int | None = None, once: bool = False) -> Any:
     """The compiled database of these literals (or with `flags`, regular expressions; ids: their
-    positions), from the cache when it holds it."""
+    positions; `once`: each reported once a scan), from the cache when it holds it."""
     try:
-        path = _cache_dir() / f"{_cache_key(hs, patterns, flags)}.hsdb"
+        path = _cache_dir() / f"{_cache_key(hs, patterns, flags, once)}.hsdb"
     except Exception:  # no home to name a cache in: compiled
-        return _compile(hs, patterns, flags)
+        return _compile(hs, patterns, flags, once)
     try:
         return hs.loadb(path.read_bytes(), hs.HS_MODE_BLOCK)
     except Exception:  # none kept, unreadable, or built for another CPU: compiled, then kept
         pass
-    db = _compile(hs, patterns, flags)
+    db = _compile(hs, patterns, flags, once)
     try:
         _keep_file(path, hs.dumpb(db))
     except Exception:  # a read-only home, a full disk: nothing kept, the next process compiles again
@@ -252,6 +254,43 @@ def _keep_file(path: Path, body: bytes) -> None:
     kept = sorted(path.parent.glob(f"*{path.suffix}"), key=lambda f: f.stat().st_mtime, reverse=True)
     for old in kept[_CACHE_KEEP:]:
         old.unlink(missing_ok=True)
+
+
+class LiteralsHeld:
+    """Which of a set of literals some text holds anywhere: one Hyperscan database reporting each
+    literal once a scan (SINGLEMATCH), so a text of many lines costs a pass of its bytes and a call
+    per literal it holds, not one per occurrence. Compiled once per set of literals (`held_by`)."""
+
+    def __init__(self, literals: tuple[str, ...]):
+        hs = _hyperscan()
+        self._literals = tuple(sorted({lit for lit in literals if lit}))
+        patterns = [lit.encode("utf-8", "surrogatepass") for lit in self._literals]
+        self._db = _database(hs, patterns, once=True) if patterns else None
+        self._local = threading.local()
+
+    def among(self, texts: Iterable[str]) -> set[str]:
+        """The literals the texts hold (a literal found inside one text: texts joined are not read)."""
+        found: set[int] = set()
+        if self._db is None:
+            return set()
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = _hyperscan().Scratch(self._db)
+
+        def hit(id_: int, _from: int, _to: int, _flags: int, _ctx: Any) -> None:
+            found.add(id_)
+
+        for text in texts:
+            self._db.scan(text.encode("utf-8", "surrogatepass"), match_event_handler=hit, scratch=scratch)
+            if len(found) == len(self._literals):  # every one held: the rest cannot add one
+                break
+        return {self._literals[i] for i in found}
+
+
+@lru_cache(maxsize=8)
+def held_by(literals: tuple[str, ...]) -> LiteralsHeld:
+    """The LiteralsHeld of a set of literals, compiled once per process (a pack's rules')."""
+    return LiteralsHeld(literals)
 
 
 SCAN_ROWS = 20_000  # rows fetched and scanned at a time by rows_holding

@@ -95,6 +95,19 @@ def test_the_literals_each_line_holds_are_every_one_overlapping_or_not(text: str
 
 
 @needs_hyperscan
+def test_the_literals_some_text_holds_are_found_each_once_whatever_their_count() -> None:
+    """held_by(...).among: which literals the texts hold anywhere, each a literal found inside one
+    text (rules/held.py asks it of an attempt's lines, a batch of them joined a text)."""
+    texts = ["Xid 79 at start\nXid again\n" * 3, "kernel: ü-Fehler im Modul", "abc", "end\r"]
+    literals = tuple(lit for lit in LITERALS if lit and "\n" not in lit)
+    want = {lit for lit in literals if any(lit in t for t in texts)}
+    assert want == {"Xid", "ü-Fehler", "end\r"}
+    assert prefilter.held_by(literals).among(texts) == want
+    assert prefilter.held_by(literals).among(["NCCL ", "WARN", ""]) == set()  # none across two texts
+    assert prefilter.held_by(()).among(["Xid"]) == set()
+
+
+@needs_hyperscan
 def test_no_literal_keeps_no_line() -> None:
     assert prefilter.LineMatcher(("", "a\nb")).lines("a\nb\nab") == []
 

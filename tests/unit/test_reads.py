@@ -7,7 +7,7 @@ import pytest
 
 from workload_attribution.rules.diff import diff
 from workload_attribution.rules.pack import RULES_DIR, load_pack
-from workload_attribution.rules.reads import readers, sql_tables
+from workload_attribution.rules.reads import readers, reads_only, sql_tables
 
 
 @pytest.fixture
@@ -43,6 +43,23 @@ def test_the_shipped_pack_reads_each_table_in_the_rules_that_name_it():
 )
 def test_a_rule_reads_the_tables_its_sql_reads_not_the_words_it_says(sql, tables):
     assert sql_tables(sql) == tables
+
+
+@pytest.mark.parametrize(
+    ("sql", "only_lines"),
+    [
+        ("SELECT obs_id, 'x' AS symptom FROM log_lines WHERE contains(body, 'LustreError')", True),
+        ("WITH l AS (SELECT * FROM LOG_LINES), m AS MATERIALIZED (SELECT * FROM l) SELECT * FROM m", True),
+        ("SELECT * FROM log_lines l JOIN records r USING (obs_id)", False),
+        ("SELECT * FROM log_lines WHERE obs_id NOT IN (SELECT obs_id FROM events)", False),
+        ("SELECT * FROM parse_log_lines(log_lines, 'UTC', TIMESTAMP '2026-01-01')", False),  # a table macro
+        ("SELECT * FROM range(3)", False),
+        ("SELEC * FROM log_lines", False),
+    ],
+)
+def test_a_rule_reading_only_log_lines_is_told_from_its_parse_tree(sql, only_lines):
+    """reads_only: no table but the one named (CTEs aside) and no table function."""
+    assert reads_only(sql, "log_lines") is only_lines
 
 
 def test_sql_that_does_not_parse_reads_anything():
