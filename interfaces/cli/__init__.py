@@ -119,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         # the exit callbacks registered later (Prefect's, temporary directories'), which still run.
         atexit.register(gc.freeze)
         common.hold_gc()  # until the command has started (common.started), at the latest when it returns
+        # pydantic looks for plugins among every installed package's entry points when it builds its
+        # first model (~25 ms of each new process, Prefect's dependencies installed): none is ours
+        # to load. Set to '' (docs/configuration.md) to load them; a library user's process is theirs.
+        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     try:
         return _command(argv)
     finally:

@@ -201,3 +201,31 @@ def test_the_shipped_pack_is_kept_pickled(tmp_path: Path, monkeypatch: pytest.Mo
     rule = next((copy / "final").glob("*.yaml"))
     rule.write_text(rule.read_text() + "\n")
     assert first is not None and packs._cache_file(copy) not in (first, entry)
+
+
+PLUGINS = """
+import contextlib, io, json, os, sys
+from workload_attribution.cli import main
+sys.argv = ["attribution", *sys.argv[1:]]
+with contextlib.redirect_stdout(io.StringIO()):
+    main()
+from pydantic.plugin import _loader
+print(json.dumps({"disabled": os.environ.get("PYDANTIC_DISABLE_PLUGINS"), "looked": _loader._plugins is not None}))
+"""
+
+
+@pytest.mark.parametrize(("given", "disabled", "looked"), [(None, "__all__", False), ("", "", True)])
+def test_attribution_loads_no_pydantic_plugin_unless_asked(
+    tmp_path: Path, given: str | None, disabled: str, looked: bool
+) -> None:
+    """The CLI's own process skips pydantic's search of every package's entry points for plugins
+    (~25 ms), unless PYDANTIC_DISABLE_PLUGINS is set (empty: they are looked for and loaded)."""
+    env = {k: v for k, v in _clean_env().items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    if given is not None:
+        env["PYDANTIC_DISABLE_PLUGINS"] = given
+    args = ["diagnose", str(EXAMPLE), "--inline", "--no-warehouse", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-c", PLUGINS, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"disabled": disabled, "looked": looked}
