@@ -89,6 +89,7 @@ def sql_tables(sql: str) -> frozenset[str] | None:
     return frozenset(found)
 
 
+@lru_cache(maxsize=1024)
 def reads_only(sql: str, table: str) -> bool:
     """Whether a SELECT reads from no table but `table` (its CTEs aside) and calls no table function
     (a table macro may read anything); False when it does not parse."""
