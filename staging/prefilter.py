@@ -77,10 +77,7 @@ class LineMatcher:
         self._local = threading.local()
 
     def _scratch(self) -> Any:
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = _hyperscan().Scratch(self._db)
-        return scratch
+        return _thread_scratch(self._local, self._db)
 
     def lines(self, text: str) -> list[tuple[int, str]]:
         """(index of the line in the piece, from 0; the line as the piece holds it) for each line
@@ -167,6 +164,14 @@ class LineMatcher:
             counted = start
             out.append((index, text_of(data[start:line_end])))
         return out, (index + data.count(b"\n", counted) + 1 if count else 0)
+
+
+def _thread_scratch(local: threading.local, db: Any) -> Any:
+    """This thread's scratch space for a compiled database (Hyperscan's scratch is one thread's)."""
+    scratch = getattr(local, "scratch", None)
+    if scratch is None:
+        scratch = local.scratch = _hyperscan().Scratch(db)
+    return scratch
 
 
 def _as_text(line: bytes) -> str:
@@ -270,12 +275,10 @@ class LiteralsHeld:
 
     def among(self, texts: Iterable[str]) -> set[str]:
         """The literals the texts hold (a literal found inside one text: texts joined are not read)."""
-        found: set[int] = set()
         if self._db is None:
             return set()
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = _hyperscan().Scratch(self._db)
+        found: set[int] = set()
+        scratch = _thread_scratch(self._local, self._db)
 
         def hit(id_: int, _from: int, _to: int, _flags: int, _ctx: Any) -> None:
             found.add(id_)
@@ -490,9 +493,7 @@ class PatternMatcher:
         def hit(id_: int, _from: int, _to: int, _flags: int, _ctx: Any) -> None:
             found.add(ids[id_])
 
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = _hyperscan().Scratch(self._db)
+        scratch = _thread_scratch(self._local, self._db)
         self._db.scan(text.encode("utf-8", "surrogatepass"), match_event_handler=hit, scratch=scratch)
         return found
 
