@@ -384,7 +384,9 @@ def test_a_worker_killed_mid_storm_loses_no_attempt(stack, kube):
     from tests.bench.webhook_burst import plan, runs_per_key
     from tests.services.prefect_stack import flow_runs
 
-    storm = plan(14, kube, "k8s", "team-a", dup_share=0.0, invalid_share=0.0, seed=31, prefix="killed")
+    # enough attempts that the worker is still running some when the test stops it: with 14, a
+    # faster diagnosis let the storm end between two of its looks (a test that failed by chance)
+    storm = plan(32, kube, "k8s", "team-a", dup_share=0.0, invalid_share=0.0, seed=31, prefix="killed")
     static = [  # static-cluster attempts, which the nightly backfill never discovers
         {
             "cluster": "lab",
