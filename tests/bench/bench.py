@@ -29,6 +29,15 @@ minus inline on a tiny attempt) over the Hyperscan floor, grep -F and grep -E, p
 pre-filter engine the diagnosis ran (staging/prefilter.py: ATTRIBUTION_PREFILTER=duckdb measures
 the fallback) and the load average before the scale's runs (this is a shared machine); every row
 goes to the CSV too.
+
+The marginal cost is the difference of two times of a few tenths of a second each, on a shared
+machine whose speed drifts by a fifth within minutes: the best tiny run against the best large
+one, taken minutes apart, put the same commit's ratio anywhere from 2.3x to 4.8x. So each scale
+runs the tiny attempt and the large one alternately, --repeat pairs, and the marginal is the
+median of the pairs' differences; it is given twice, as wall time and as CPU time (user + system
+of the process and its threads, from wait4: what the attempt asked of the cores, whatever else
+ran). The floor is one core's work, so the CPU marginal over the floor is the stricter ratio (a
+diagnosis that spreads over two cores pays for both).
 """
 
 from __future__ import annotations
@@ -40,10 +49,12 @@ import os
 import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -149,8 +160,12 @@ def patterns() -> list[str]:
     return [re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", lit) for lit in literals()]
 
 
+# the CPU seconds (user + system, the process and its threads) of each run_timed answer, by its id
+CPU: dict[int, float] = {}
+
+
 def run_timed(cmd: list[str], env: dict | None = None, stdout=subprocess.DEVNULL) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS (MiB) of the child, its stdout."""
+    """Wall seconds, peak RSS (MiB) of the child, its stdout (its CPU seconds: CPU[id(answer)])."""
     started = time.perf_counter()
     p = subprocess.Popen(
         cmd, stdout=subprocess.PIPE if stdout is None else stdout, stderr=subprocess.PIPE, env=env, cwd=ROOT
@@ -161,7 +176,9 @@ def run_timed(cmd: list[str], env: dict | None = None, stdout=subprocess.DEVNULL
     wall = time.perf_counter() - started
     if p.returncode != 0:
         raise RuntimeError(f"{cmd[:4]} exited {p.returncode}: {p.stderr.read().decode()[-1500:]}")
-    return wall, usage.ru_maxrss // 1024, out
+    answer = (wall, usage.ru_maxrss // 1024, out)
+    CPU[id(answer)] = usage.ru_utime + usage.ru_stime
+    return answer
 
 
 def grep_to_file(kind: str, patterns_file: Path, files: list[str], counts: Path, env: dict) -> tuple[float, int, str]:
@@ -205,6 +222,39 @@ def best(n: int, fn):
     return min(runs, key=lambda r: r[0]), runs
 
 
+@dataclass
+class Paired:
+    """A scale's attempt run alternately with the tiny one: the large runs, and the median of the
+    pairs' differences in wall and in CPU seconds (each at least 0)."""
+
+    runs: list[tuple[float, int, str]]
+    marginals: list[float]
+    cpu_marginals: list[float]
+
+    @property
+    def best(self) -> tuple[float, int, str]:
+        return min(self.runs, key=lambda r: r[0])
+
+    @property
+    def marginal(self) -> float:
+        return max(0.0, statistics.median(self.marginals))
+
+    @property
+    def cpu_marginal(self) -> float:
+        return max(0.0, statistics.median(self.cpu_marginals))
+
+
+def paired(n: int, tiny, large) -> Paired:
+    """n pairs (tiny, large), each pair run back to back so both see the same machine."""
+    runs, walls, cpus = [], [], []
+    for _ in range(n):
+        t, big = tiny(), large()
+        runs.append(big)
+        walls.append(big[0] - t[0])
+        cpus.append(CPU[id(big)] - CPU[id(t)])
+    return Paired(runs, walls, cpus)
+
+
 def phases(bundle: str) -> dict[str, float]:
     """The inline steps, timed one by one (run in a fresh process by the bench)."""
     from workload_attribution.contracts.identity import Target
@@ -239,8 +289,8 @@ def _n(x: int) -> str:
 def markdown(rows: list[dict]) -> str:
     """The rows as a markdown table (docs/benchmarks.md, "The scan")."""
     out = [
-        "| hosts | lines | hits (share) | MiB | Hyperscan floor | grep -F | --inline | marginal "
-        "| **marginal / floor** | marginal / grep -F | per added hit | peak RSS | collect / store / rules "
+        "| hosts | lines | hits (share) | MiB | Hyperscan floor | grep -F | --inline | marginal (CPU) "
+        "| **marginal / floor** (CPU) | marginal / grep -F | per added hit | peak RSS | collect / store / rules "
         "| pre-filter | load |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |",
     ]
@@ -248,10 +298,15 @@ def markdown(rows: list[dict]) -> str:
         hit = f"{r['us_per_added_hit']:.1f} us" if r["us_per_added_hit"] is not None else ""
         phases = " / ".join(f"{r[f'phase_{k}_s']:.2f}" for k in ("collect", "store", "rules_and_report"))
         floor = f"{r['hs_floor_s']:.2f} s" if r["hs_floor_s"] is not None else "-"
-        vs_floor = f"**{r['marginal_vs_floor']:.1f}x**" if r["marginal_vs_floor"] is not None else "-"
+        vs_floor = (
+            f"**{r['marginal_vs_floor']:.1f}x** ({r['marginal_cpu_vs_floor']:.1f}x)"
+            if r["marginal_vs_floor"] is not None
+            else "-"
+        )
         out.append(
             f"| {r['hosts']} | {_n(r['lines'])} | {_n(r['hits'])} ({r['hits'] / r['lines']:.2%}) | {r['mib']:.0f} "
-            f"| {floor} | {r['grep_f_s']:.2f} s | {r['inline_s']:.2f} s | {r['marginal_s']:.2f} s "
+            f"| {floor} | {r['grep_f_s']:.2f} s | {r['inline_s']:.2f} s "
+            f"| {r['marginal_s']:.2f} s ({r['marginal_cpu_s']:.2f} s) "
             f"| {vs_floor}{'' if r['correct'] else ' (WRONG diagnosis)'} | {r['marginal_vs_grep_f']:.2f}x | {hit} "
             f"| {r['inline_rss_mib']} MiB | {phases} s | {r['prefilter']} | {r['load_avg_1m']:.1f} |"
         )
@@ -269,7 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--csv", default="bench.csv", help="append the rows here")
     ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (default: a temporary directory)")
-    ap.add_argument("--repeat", type=int, default=2, help="runs per measurement (best is reported)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="runs per measurement: the best of the floors, the median of the (tiny, large) pairs' marginals",
+    )
     ap.add_argument("--phases-of", metavar="BUNDLE", help=argparse.SUPPRESS)
     ap.add_argument("--hyperscan-floor", nargs="+", metavar="FILE", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -296,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     tiny = base / "tiny"
     if not tiny.exists():
         make_attempt(tiny, 2, 1_000)
-    (tiny_wall, tiny_rss, _), _ = best(max(a.repeat, 3), lambda: run_timed(diagnose(tiny), env, None))
+    run_tiny = lambda: run_timed(diagnose(tiny), env, None)  # noqa: E731
+    (tiny_wall, tiny_rss, _), _ = best(max(a.repeat, 3), run_tiny)
     print(f"tiny attempt (2 hosts, ~1k lines): --inline {tiny_wall:.2f} s wall, {tiny_rss} MiB peak RSS")
 
     counts_file = base / "grep-counts.txt"
@@ -321,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         hits = sum(int(line.rpartition(":")[2]) for line in counts_file.read_text().split())
         (grepe_s, _, _), _ = best(a.repeat, lambda files=files: grep_to_file("-E", pat, files, counts_file, env))
         floor_s = floor_of(lit, files, env)
-        (inl_s, inl_rss, out), _ = best(a.repeat, lambda d=d: run_timed(diagnose(d), env, None))
+        pairs = paired(a.repeat, run_tiny, lambda d=d: run_timed(diagnose(d), env, None))
+        inl_s, inl_rss, out = pairs.best
         doc = json.loads(out)
         ok = (doc["terminal_state"], doc["sub_domain"], doc["affected_nodes"]) == (
             info["expected"]["terminal_state"],
@@ -330,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         _, _, ph = run_timed([py, "-m", "tests.bench.bench", "--phases-of", str(d)], env, None)
         ph = json.loads(ph)
-        marginal = max(0.0, inl_s - tiny_wall)
+        marginal, cpu_marginal = pairs.marginal, pairs.cpu_marginal
         # what a line passing the pre-filter costs: against the same scale without the added hits
         base_row = next(
             (r for r in rows if (r["hosts"], r["hit_share"]) == (hosts, 0.0) and r["lines"] >= lines * 0.99), None
@@ -353,11 +415,14 @@ def main(argv: list[str] | None = None) -> int:
             "inline_s": round(inl_s, 3),
             "tiny_s": round(tiny_wall, 3),
             "marginal_s": round(marginal, 3),
+            "marginal_cpu_s": round(cpu_marginal, 3),
+            "marginals_s": " ".join(f"{x:.3f}" for x in pairs.marginals),
             "us_per_added_hit": round(per_hit, 1) if per_hit is not None else None,
             "inline_vs_grep_f": round(inl_s / grep_s, 2),
             "marginal_vs_grep_f": round(marginal / grep_s, 2),
             "marginal_vs_grep_e": round(marginal / grepe_s, 2),
             "marginal_vs_floor": round(marginal / floor_s, 2) if floor_s else None,
+            "marginal_cpu_vs_floor": round(cpu_marginal / floor_s, 2) if floor_s else None,
             "prefilter": prefilter,
             "lines_per_s": int(info["lines"] / inl_s),
             "inline_rss_mib": inl_rss,
@@ -373,14 +438,20 @@ def main(argv: list[str] | None = None) -> int:
             f"({hits / info['lines']:.2%}) =="
         )
         shown_floor = f"{floor_s:.3f} s" if floor_s is not None else "not measured (no hyperscan wheel)"
-        vs_floor = f"{marginal / floor_s:.1f}x the Hyperscan floor, " if floor_s else ""
+        vs_floor = (
+            f"{marginal / floor_s:.1f}x the Hyperscan floor "
+            f"(CPU: {cpu_marginal:.2f} s, {cpu_marginal / floor_s:.1f}x), "
+            if floor_s
+            else ""
+        )
         print(f"  Hyperscan floor {shown_floor}   pre-filter of the diagnosis: {prefilter}")
         print(
             f"  cat {cat_s:.2f} s   grep -F {grep_s:.2f} s ({grep_rss} MiB)   grep -E {grepe_s:.2f} s   "
             f"--inline {inl_s:.2f} s ({inl_rss} MiB)   {row['lines_per_s']:,} lines/s   correct={ok}"
         )
         print(
-            f"  inline/grep-F {row['inline_vs_grep_f']:.2f}x   marginal (minus tiny {tiny_wall:.2f} s): "
+            f"  inline/grep-F {row['inline_vs_grep_f']:.2f}x   marginal (median of {a.repeat} pairs with the tiny "
+            f"attempt: {row['marginals_s']} s): "
             f"{marginal:.2f} s = {vs_floor}{row['marginal_vs_grep_f']:.2f}x grep-F, "
             f"{row['marginal_vs_grep_e']:.2f}x grep-E   "
             f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
