@@ -384,9 +384,12 @@ def test_a_worker_killed_mid_storm_loses_no_attempt(stack, kube):
     from tests.bench.webhook_burst import plan, runs_per_key
     from tests.services.prefect_stack import flow_runs
 
-    # enough attempts that the worker is still running some when the test stops it: with 14, a
-    # faster diagnosis let the storm end between two of its looks (a test that failed by chance)
-    storm = plan(32, kube, "k8s", "team-a", dup_share=0.0, invalid_share=0.0, seed=31, prefix="killed")
+    storm = plan(14, kube, "k8s", "team-a", dup_share=0.0, invalid_share=0.0, seed=31, prefix="killed")
+    # one attempt's collection waits on the Kubernetes API until released: the worker is mid-run
+    # on it when it is killed, however fast the other runs go (looking for a run in flight, once a
+    # second, missed them all when a faster diagnosis ended the storm between two looks)
+    held = storm.unique[0]
+    kube.hold(held)
     static = [  # static-cluster attempts, which the nightly backfill never discovers
         {
             "cluster": "lab",
@@ -429,9 +432,13 @@ def test_a_worker_killed_mid_storm_loses_no_attempt(stack, kube):
             stack.resume("worker")
         return now
 
-    wait_until(running, "the worker to be running the storm's attempts", 120)
-    in_flight = wait_until(frozen_mid_run, "a run in flight with the worker stopped", 120)
-    stack.kill("worker", signal.SIGKILL)  # mid-run: its runs in flight are lost with it
+    try:
+        wait_until(lambda: kube.holding(held), f"the worker to be collecting {held} (held)", 120)
+        in_flight = wait_until(frozen_mid_run, "a run in flight with the worker stopped", 120)
+        stack.kill("worker", signal.SIGKILL)  # mid-run: its runs in flight are lost with it
+    finally:
+        kube.release(held)  # the run again on the other host is not held
+    assert any(held in str(fr.parameters) for fr in in_flight), in_flight  # the held run among them
     stack.start_worker("worker-2")  # the other host
     try:
         crashed = [fr.id for fr in in_flight]

@@ -6,7 +6,9 @@ the paged workload list (kueue.x-k8s.io/v1beta1; `limit` + `continue`), pod list
 selectors, event lists with
 involvedObject field selectors, GET /api/v1/nodes/{name} and the paged node list; `*List` kinds with
 metadata, 404/401 as `Status` objects; bearer-token authentication when a token is set. `fail_next`
-injects faults.
+injects faults. `hold(workload)` keeps the answer to that Workload's event list waiting until
+`release`: whatever reads it (a flow run's collection) is held mid-run, for a test to act on it then
+(`holding` says when a request waits).
 
 PATCH /api/v1/nodes/{name} as the API server answers a strategic merge patch of a Node (what a
 cordon and a taint send): `Content-Type: application/strategic-merge-patch+json` (anything else:
@@ -52,6 +54,10 @@ class KubeStandIn:
         self.nodes: dict[str, dict] = {}
         self.patches: list[tuple[str, str, dict]] = []
         self.fail_next: list[tuple[int, str]] = []
+        # workload -> released (an Event); the requests held now, by workload
+        self._holds: dict[str, threading.Event] = {}
+        self._waiting: dict[str, int] = {}
+        self._hold_lock = threading.Lock()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -123,6 +129,7 @@ class KubeStandIn:
                     )
                 if u.path == f"/api/v1/namespaces/{ns}/events":
                     want = {k.split(".", 1)[1]: v for k, v in _selector(q.get("fieldSelector", "")).items()}
+                    outer._wait_if_held(want.get("name"))
                     items = [
                         e
                         for e in outer.events
@@ -250,10 +257,45 @@ class KubeStandIn:
             self.events.append(f)
         return wl
 
+    # a held request answers after this at the latest, so no handler waits for ever on a test that
+    # forgot to release it (a client's own timeout may come first: it then sees a transient error)
+    HOLD_S = 120.0
+
+    def hold(self, workload: str) -> None:
+        """From now on, a request for this Workload's events waits until `release(workload)`."""
+        with self._hold_lock:
+            self._holds[workload] = threading.Event()
+
+    def holding(self, workload: str) -> bool:
+        """Whether a request for this Workload's events is waiting now."""
+        with self._hold_lock:
+            return self._waiting.get(workload, 0) > 0
+
+    def release(self, workload: str) -> None:
+        """Answer the requests held for this Workload, and hold none after."""
+        with self._hold_lock:
+            released = self._holds.pop(workload, None)
+        if released is not None:
+            released.set()
+
+    def _wait_if_held(self, workload: str | None) -> None:
+        with self._hold_lock:
+            released = self._holds.get(workload or "")
+            if released is None:
+                return
+            self._waiting[workload or ""] = self._waiting.get(workload or "", 0) + 1
+        try:
+            released.wait(self.HOLD_S)
+        finally:
+            with self._hold_lock:
+                self._waiting[workload or ""] -= 1
+
     def start(self) -> KubeStandIn:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
     def stop(self) -> None:
+        for workload in list(self._holds):
+            self.release(workload)
         self.server.shutdown()
         self.server.server_close()
