@@ -21,7 +21,8 @@ def test_the_scan_benchmark_runs_and_finds_the_planted_fault(tmp_path, capsys):
     assert float(row["grep_f_s"]) > 0 and float(row["inline_s"]) > 0
     # the marginal is the median of the (tiny, large) pairs' differences, in wall and CPU time
     marginals = [float(x) for x in row["marginals_s"].split()]
-    assert len(marginals) == 2 and float(row["marginal_s"]) == round(max(0.0, sum(marginals) / 2), 3)
+    assert len(marginals) == 2  # each written to the ms: their mean may round a ms away from the median's
+    assert abs(float(row["marginal_s"]) - max(0.0, sum(marginals) / 2)) <= 0.0015
     assert float(row["marginal_cpu_s"]) >= 0
 
 
