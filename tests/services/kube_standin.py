@@ -279,16 +279,18 @@ class KubeStandIn:
             released.set()
 
     def _wait_if_held(self, workload: str | None) -> None:
+        if not workload:
+            return
         with self._hold_lock:
-            released = self._holds.get(workload or "")
+            released = self._holds.get(workload)
             if released is None:
                 return
-            self._waiting[workload or ""] = self._waiting.get(workload or "", 0) + 1
+            self._waiting[workload] = self._waiting.get(workload, 0) + 1
         try:
             released.wait(self.HOLD_S)
         finally:
             with self._hold_lock:
-                self._waiting[workload or ""] -= 1
+                self._waiting[workload] -= 1
 
     def start(self) -> KubeStandIn:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
