@@ -140,6 +140,40 @@ def decode(raw: bytes) -> tuple[str, bool]:
     return text, lenient
 
 
+# Line breaks are counted a block at a time, each block the way its lines are fastest counted:
+# bytes.count of one byte tests every byte in a loop (~0.4 ns a byte, whatever the lines), while
+# bytes.replace finds each break with memchr and copies what lies between (~0.2 ns a byte over
+# log lines of ~100 bytes, but ~11 ns a break: 12x slower than count over nothing but breaks).
+# As GNU `wc -l` does, a block is counted by replace when the lines of the block before it were
+# long (LONG_LINE_BYTES on average), else by count; the first by count. A block that replace
+# counted and found short lines in sends the next WRONG_GUESS_WAIT blocks to count whatever they
+# hold, so no input costs more than ~3x count (crafted blocks of long lines and of bare breaks
+# alternating). Blocks of 16 KiB stay in the CPU's caches while replace copies them. Over 40 files
+# of the bench (32.7 MB, lines of ~105 bytes): 13.5 ms by count, 8.2 ms so.
+BREAK_BLOCK = 1 << 14
+LONG_LINE_BYTES = 32
+WRONG_GUESS_WAIT = 8
+
+
+def line_breaks(data: bytes, start: int = 0, end: int | None = None) -> int:
+    """How many b'\\n' data[start:end] holds (what data.count(b'\\n', start, end) says, faster)."""
+    end = len(data) if end is None else min(end, len(data))
+    total, by_replace, wait = 0, False, 0
+    for at in range(start, end, BREAK_BLOCK):
+        stop = min(at + BREAK_BLOCK, end)
+        if by_replace:
+            block = data[at:stop]
+            n = len(block) - len(block.replace(b"\n", b""))
+        else:
+            n = data.count(b"\n", at, stop)
+        total += n
+        long_lines = stop - at >= LONG_LINE_BYTES * (n + 1)
+        if by_replace and not long_lines:  # a wrong guess: the next blocks are counted
+            wait = WRONG_GUESS_WAIT
+        by_replace, wait = long_lines and wait == 0, max(wait - 1, 0)
+    return total
+
+
 def clean_utf8(raw: bytes) -> bool:
     """Whether `decode` would keep the bytes as they are (UTF-8, no NUL): ASCII is told without
     decoding (~20 GB/s)."""
@@ -193,7 +227,7 @@ def read_raw_pieces(
     stats = stats if stats is not None else ReadStats()
     lineno = 1
     for data in read_blocks(path, stats, piece_bytes, max_line):
-        n = data.count(b"\n") + 1
+        n = line_breaks(data) + 1
         yield RawPiece(data, lineno, n)
         lineno += n
     stats.lines = lineno - 1
@@ -267,7 +301,7 @@ class BoundedWriter:
         self.dst, self.bytes_left, self.lines_left = dst, DECOMPRESSED_MAX_BYTES, DECOMPRESSED_MAX_LINES
 
     def write(self, data: bytes) -> None:
-        lines = data.count(b"\n")
+        lines = line_breaks(data)
         if len(data) <= self.bytes_left and lines <= self.lines_left:
             self.dst.write(data)
             self.bytes_left, self.lines_left = self.bytes_left - len(data), self.lines_left - lines
