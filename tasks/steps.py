@@ -376,9 +376,10 @@ def publish(
             with connected(scoped.staging) as con:
                 topology = con.execute("SELECT switch, port, peer, peer_kind, hca FROM topology").fetchall()
         wh = Warehouse(warehouse_path)
-        diagnosis = keep(diagnosis, wh, topology, scoped.staging if scoped else None, keeping or Keeping())
-        diagnosis, templates = novelty.read_templates(diagnosis, wh, scoped.sources if scoped else {})
-        wh.write(diagnosis, topology, templates)
+        with wh.session():  # the file opened once for the three
+            diagnosis = keep(diagnosis, wh, topology, scoped.staging if scoped else None, keeping or Keeping())
+            diagnosis, templates = novelty.read_templates(diagnosis, wh, scoped.sources if scoped else {})
+            wh.write(diagnosis, topology, templates)
     else:
         diagnosis = novelty.without_warehouse(diagnosis)
     return diagnosis

@@ -94,6 +94,8 @@ class Warehouse:
             if lock_wait_s is not None
             else float(os.environ.get("ATTRIBUTION_WAREHOUSE_LOCK_WAIT_S", LOCK_WAIT_S))
         )
+        self._in_session = False  # inside session(): writers' connections share one (_held)
+        self._held: duckdb.DuckDBPyConnection | None = None
 
     def __str__(self) -> str:
         return self.url.split("?")[0] if self.lake else str(self.path)
@@ -132,11 +134,51 @@ class Warehouse:
 
     @contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        con = self._open(read_only)
+        if self._in_session and not read_only:  # a cursor of the session's one connection
+            if self._held is None:
+                self._held = self._open(read_only=False)
+            con = self._held.cursor()
+        else:
+            con = self._open(read_only)
         try:
             yield con
         finally:
             con.close()
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """A diagnosis's publishing (its fleet memory read, its known templates read, its write) on
+        one connection to a warehouse file: opened by the first writer's connect inside the `with`,
+        each connect after it a cursor of it, closed once at the end. Each step opened the file,
+        brought its schema up to date and closed it, checkpointing: ~15 ms an open, a checkpoint
+        at each close. The file stays locked to other processes for the whole `with`, as it was
+        for each step. A lake's writers keep their own connection (backends.write_kept_lake)."""
+        if self.lake is not None or self._in_session:
+            yield
+            return
+        self._in_session = True
+        try:
+            yield
+        except BaseException:
+            self._release(quietly=True)
+            raise
+        else:
+            self._release(quietly=False)
+        finally:
+            self._in_session = False
+
+    def _release(self, quietly: bool) -> None:
+        """The session's connection closed (its checkpoint made); a failure said as NotStored, or
+        only logged when the session already failed (that failure is the one told)."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        try:
+            held.close()
+        except (duckdb.Error, OSError) as exc:
+            if not quietly:
+                raise NotStored(f"{self}: the diagnosis could not be written: {first_line(exc)}") from exc
+            log.warning("%s: closing the warehouse: %s", self, first_line(exc))
 
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         """A connection to the warehouse; a writer's with the schema migrated to this version."""
@@ -264,6 +306,9 @@ class Warehouse:
         no such table (nothing written yet, or by an older version of this code)."""
         if not self.lake and not self.path.exists():
             return absent
+        if self._held is not None:  # the session's connection (a read-only one cannot open beside it)
+            with self.connect() as con:
+                return work(con) if has_table(con) else absent
         try:
             with self.reader() as con:
                 return work(con) if has_table(con) else absent

@@ -129,3 +129,53 @@ def test_remembering_leaves_the_rules_own_verdict_as_it_was(three_failures, tmp_
     assert escalated.history.escalation is not None and escalated.recommended_action == "drain_node"
     assert escalated.history.escalation.reason in escalated.notes
     assert verdict.model_dump(mode="json") == before
+
+
+def test_publishing_a_diagnosis_opens_the_warehouse_file_once(three_failures, tmp_path, monkeypatch):
+    """Its fleet memory read, its archive and its write share one connection (Warehouse.session):
+    the file is opened and checkpointed once, and what the three steps did is all there."""
+    import workload_attribution.warehouse.store as store
+
+    wh = own_copy(three_failures[0], tmp_path)
+    opened: list[bool] = []
+    real = store.open_file
+
+    def counted(path, read_only, lock_wait_s):
+        opened.append(read_only)
+        return real(path, read_only, lock_wait_s)
+
+    monkeypatch.setattr(store, "open_file", counted)
+    fourth = diagnose(bundle_copy(WORKED, tmp_path / "4191704", "4191704"), warehouse=wh, archive=True)
+    assert opened == [False]
+    host = next(h for h in fourth.history.subjects if h.subject == "gb-r12-n04")
+    assert host.root_30d == 3 and fourth.history.escalation is not None
+    assert not [n for n in fourth.notes if "not archived" in n]
+    assert Warehouse(wh).get("eos", "slurm", "4191704", 0)["history"]["escalation"]["to_action"] == "drain_node"
+
+
+def test_a_warehouse_that_cannot_be_closed_keeps_the_diagnosis_as_not_stored(three_failures, tmp_path, monkeypatch):
+    """The session's one close is where its checkpoint is written: a failure there (a full disk)
+    is the diagnosis computed and not stored (CLI exit 3, the diagnosis printed), never lost."""
+    import duckdb
+
+    import workload_attribution.warehouse.store as store
+    from workload_attribution.contracts.errors import NotStored
+
+    wh = own_copy(three_failures[0], tmp_path)
+    real = store.Warehouse._open
+
+    class Unclosable:
+        def __init__(self, con):
+            self.con = con
+
+        def __getattr__(self, name):
+            return getattr(self.con, name)
+
+        def close(self):
+            self.con.close()
+            raise duckdb.IOException("IO Error: could not write the checkpoint: No space left on device")
+
+    monkeypatch.setattr(store.Warehouse, "_open", lambda self, read_only: Unclosable(real(self, read_only)))
+    with pytest.raises(NotStored, match="No space left on device") as caught:
+        diagnose(bundle_copy(WORKED, tmp_path / "4191705", "4191705"), warehouse=wh)
+    assert caught.value.diagnosis is not None and caught.value.diagnosis.attempt.id.job_id == "4191705"
