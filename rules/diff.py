@@ -39,18 +39,10 @@ def rule_digest(rule: Rule) -> str:
     return _digest(rule.model_dump(mode="json", exclude=_INERT))
 
 
-# (pack path, pack version) -> foundations: the version covers every file of the pack
-_FOUNDATIONS: dict[tuple[str, str], dict[str, str]] = {}
-
-
 def foundations(pack: Pack) -> dict[str, str]:
-    """Digest of each file the rules stand on (data/..., python/...) and of the symptom definitions."""
-    key = (pack.path, pack.version)
-    if key not in _FOUNDATIONS:
-        if len(_FOUNDATIONS) > 64:  # packs come and go in a long-lived process
-            _FOUNDATIONS.clear()
-        _FOUNDATIONS[key] = _read_foundations(pack)
-    return _FOUNDATIONS[key]
+    """Digest of each file the rules stand on (data/..., python/...) and of the symptom definitions:
+    read once a pack, for its path and version (the version covers every file of the pack)."""
+    return pack.derived("foundations", (pack.path, pack.version), lambda: _read_foundations(pack))
 
 
 def _read_foundations(pack: Pack) -> dict[str, str]:
@@ -191,8 +183,24 @@ def prefix_digest(pack: Pack, point: str, settings: dict[str, Any]) -> str:
     rules that run before it and, once the verdict is chosen, the choice. Equal digests: equal
     state, on the same evidence."""
     before = RESUMABLE[: RESUMABLE.index(point)]
-    rules = [[r.id, rule_digest(r)] for p in PHASES for r in pack.by_phase(p) if resume_point(r) in before]
+    rules = [[rule_id, digest] for rule_id, digest, at in _rule_digests(pack) if at in before]
     parts: list[Any] = [settings, foundations(pack), rules]
     if "final" in before:
         parts.append(_choice(pack))
     return _digest(parts)
+
+
+def _rule_digests(pack: Pack) -> list[tuple[str, str, str]]:
+    """Each rule's id, digest and resume point, in the order the phases run them: made once for
+    the pack's rules (Pack.derived)."""
+    return pack.derived(
+        "rule_digests",
+        (pack.rules,),
+        lambda: [(r.id, rule_digest(r), resume_point(r)) for p in PHASES for r in pack.by_phase(p)],
+    )
+
+
+def warm_digests(pack: Pack) -> None:
+    """What prefix_digest reads of a pack, made now (default_pack keeps them with the pack)."""
+    _rule_digests(pack)
+    foundations(pack)

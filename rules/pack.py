@@ -10,6 +10,7 @@ import hashlib
 import os
 import pickle
 import sys
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -228,6 +229,7 @@ class Pack(BaseModel):
     _tables: dict[str, str] = PrivateAttr(default_factory=dict)  # see table_json
     _selects: set[str] = PrivateAttr(default_factory=set)  # see check_select
     _lines_only: dict[str, bool] = PrivateAttr(default_factory=dict)  # see reads_only_lines
+    _derived: dict[str, tuple[tuple[Any, ...], Any]] = PrivateAttr(default_factory=dict)  # see derived
     catalog: list[CatalogRow] = Field(default_factory=list, description="the message catalogs' rows (catalogs/*.csv)")
     concepts: list[Concept] = Field(default_factory=list, description="the failure concepts (concepts/*.yaml)")
 
@@ -271,6 +273,18 @@ class Pack(BaseModel):
                 except Exception:  # the rule fails when it runs, and says why then
                     pass
             self.reads_only_lines(rule)
+
+    def derived(self, key: str, of: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        """What derives from `of` (parts of this pack: its rules, its path and version), made once and
+        kept with the pack: default_pack makes them before pickling it, so a new process finds them
+        made (rules/diff.py: digesting the shipped pack's rules and files cost one ~15 ms). A copy of
+        the pack (model_copy) starts with what was kept, so an entry counts only while `of` holds the
+        very objects it was made of: a copy with other rules makes its own."""
+        kept = self._derived.get(key)
+        if kept is None or len(kept[0]) != len(of) or any(a is not b for a, b in zip(kept[0], of)):
+            kept = (of, make())
+            self._derived = {**self._derived, key: kept}  # a new dict: a copy's entries stay its own
+        return kept[1]
 
     def reads_only_lines(self, rule: Rule) -> bool:
         """Whether an extract rule can find something only where a log line holds one of its own
@@ -673,7 +687,10 @@ def default_pack() -> Pack:
             pass
     pack = load_pack(RULES_DIR)
     if cached is not None:
+        from workload_attribution.rules.diff import warm_digests
+
         pack.warm_literals()  # kept with it: see Pack._literals
+        warm_digests(pack)  # kept with it: see Pack.derived
         _keep(cached, pack)
     return pack
 

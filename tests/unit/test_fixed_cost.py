@@ -179,8 +179,11 @@ def test_the_shipped_pack_is_kept_pickled(tmp_path: Path, monkeypatch: pytest.Mo
     from workload_attribution.rules import pack as packs
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    from workload_attribution.rules import diff
+
     loaded = packs.load_pack(packs.RULES_DIR)
     loaded.warm_literals()  # a kept pack carries its sources' pre-filter literals and its tables, worked out once
+    diff.warm_digests(loaded)  # and its rules' and files' digests (the archive's checkpoints are named by them)
     entry = packs._cache_file(packs.RULES_DIR)
     assert entry is not None and entry.is_relative_to(tmp_path)
     packs.default_pack.cache_clear()
@@ -188,6 +191,10 @@ def test_the_shipped_pack_is_kept_pickled(tmp_path: Path, monkeypatch: pytest.Mo
     packs.default_pack.cache_clear()
     kept = packs.default_pack()
     assert kept == loaded and kept.version == loaded.version  # from the cache
+    with monkeypatch.context() as m:  # its digests come with it: none is made again
+        m.setattr(diff, "rule_digest", lambda rule: pytest.fail(f"{rule.id} digested again"))
+        m.setattr(diff, "_read_foundations", lambda pack: pytest.fail("the pack's files digested again"))
+        assert diff.prefix_digest(kept, "roles", {}) == diff.prefix_digest(loaded, "roles", {})
     entry.write_bytes(b"not a pickle")
     packs.default_pack.cache_clear()
     assert packs.default_pack() == loaded and entry.read_bytes() != b"not a pickle"
