@@ -151,8 +151,9 @@ class Warehouse:
         one connection to a warehouse file: opened by the first writer's connect inside the `with`,
         each connect after it a cursor of it, closed once at the end. Each step opened the file,
         brought its schema up to date and closed it, checkpointing: ~15 ms an open, a checkpoint
-        at each close. The file stays locked to other processes for the whole `with`, as it was
-        for each step. A lake's writers keep their own connection (backends.write_kept_lake)."""
+        at each close. Other processes wait for the file from the first step to the last (the
+        evidence archived between them included) where they waited for each step. A lake's
+        writers keep their own connection (backends.write_kept_lake)."""
         if self.lake is not None or self._in_session:
             yield
             return
