@@ -145,14 +145,14 @@ def decode(raw: bytes) -> tuple[str, bool]:
 # bytes.count of one byte tests every byte in a loop (~0.4 ns a byte, whatever the lines), while
 # bytes.replace finds each break with memchr and copies what lies between (~0.2 ns a byte over
 # log lines of ~100 bytes, but ~11 ns a break: 25x slower than count over nothing but breaks).
-# As GNU `wc -l` does, a block is counted by replace when the lines of the block before it were
-# long (LONG_LINE_BYTES on average), else by count; the first by count. A block that replace
-# counted and found short lines in sends the next WRONG_GUESS_WAIT blocks to count whatever they
+# As GNU `wc -l` does, a block is counted by replace when the lines of the block before it
+# averaged MEMCHR_LINE_BYTES or more, else by count; the first by count. A block that replace
+# counted and found shorter lines in sends the next WRONG_GUESS_WAIT blocks to count whatever they
 # hold, so no input costs more than ~3x count (crafted blocks of long lines and of bare breaks
 # alternating). Blocks of 16 KiB stay in the CPU's caches while replace copies them. Over 40 files
 # of the bench (32.7 MB, lines of ~105 bytes): 13.6 ms by count, 9.3 ms so.
 BREAK_BLOCK = 1 << 14
-LONG_LINE_BYTES = 32
+MEMCHR_LINE_BYTES = 32
 WRONG_GUESS_WAIT = 8
 
 
@@ -168,10 +168,10 @@ def line_breaks(data: bytes, start: int = 0, end: int | None = None) -> int:
         else:
             n = data.count(b"\n", at, stop)
         total += n
-        long_lines = stop - at >= LONG_LINE_BYTES * (n + 1)
-        if by_replace and not long_lines:  # a wrong guess: the next blocks are counted
+        memchr_pays = stop - at >= MEMCHR_LINE_BYTES * (n + 1)
+        if by_replace and not memchr_pays:  # a wrong guess: the next blocks are counted
             wait = WRONG_GUESS_WAIT
-        by_replace, wait = long_lines and wait == 0, max(wait - 1, 0)
+        by_replace, wait = memchr_pays and wait == 0, max(wait - 1, 0)
     return total
 
 
