@@ -24,6 +24,7 @@ from workload_attribution.rules.catalog import CatalogError, CatalogRow, load_ca
 from workload_attribution.rules.catalog import table_json as catalog_table_json
 from workload_attribution.rules.concepts import Concept, ConceptError, load_concepts, read_concepts
 from workload_attribution.rules.concepts import table_json as concepts_table_json
+from workload_attribution.staging.user_cache import cache_dir, temporary_name
 
 # libyaml's C loader when present: the same safe subset, ~15x faster than the pure-Python one.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -706,7 +707,6 @@ _PACK_CODE = (
 
 
 def _cache_file(rules_dir: Path) -> Path | None:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     try:
         digest = hashlib.sha256(f"{sys.version}|{pydantic.VERSION}|{rules_dir}".encode())
         files = sorted(p for phase in PHASES for p in (rules_dir / phase).glob("*.yaml")) + _other_files(rules_dir)
@@ -716,14 +716,14 @@ def _cache_file(rules_dir: Path) -> Path | None:
     except OSError:  # a file the loader will name when it fails to read it
         return None
     place = hashlib.sha256(str(rules_dir).encode()).hexdigest()[:8]  # one entry per installed copy
-    return Path(base) / "workload-attribution" / "packs" / f"shipped-{place}-{digest.hexdigest()[:24]}.pickle"
+    return cache_dir("packs") / f"shipped-{place}-{digest.hexdigest()[:24]}.pickle"
 
 
 def _keep(path: Path, pack: Pack) -> None:
     """The pack pickled at `path` (written whole, then renamed into place), older entries removed."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp = temporary_name(path)
         tmp.write_bytes(pickle.dumps(pack, protocol=pickle.HIGHEST_PROTOCOL))
         os.replace(tmp, path)
         for old in path.parent.glob(path.name.rpartition("-")[0] + "-*.pickle"):

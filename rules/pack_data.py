@@ -27,6 +27,7 @@ import duckdb
 from workload_attribution.rules import concepts as concept_table
 from workload_attribution.rules.catalog import TABLE_SHAPE
 from workload_attribution.rules.pack import Pack
+from workload_attribution.staging.user_cache import cache_dir, temporary_name
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 # data/<table>.csv, all VARCHAR or typed; evidence_sources is read by the report (rules/settle.py)
@@ -175,9 +176,8 @@ def _disk_name(path: Path, all_varchar: bool) -> str | None:
 def _disk_dirs(path: Path) -> list[Path]:
     """Where entries are looked for and written: the user's cache directory, keyed by the data
     folder's location."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     place = hashlib.sha256(str(path.parent.resolve()).encode()).hexdigest()[:12]
-    return [Path(base) / "workload-attribution" / "pack-data" / place]
+    return [cache_dir("pack-data", place)]
 
 
 def _disk_entry(path: Path, all_varchar: bool) -> tuple[str, tuple[str, str, str] | None] | None:
@@ -208,7 +208,7 @@ def _keep_on_disk(path: Path, all_varchar: bool, built: tuple[str, str, str] | N
         return
     body = json.dumps({"format": _DISK_FORMAT, "table": list(built) if built is not None else None})
     for folder in _disk_dirs(path):
-        tmp = folder / f".{name}.{os.getpid()}.{threading.get_ident()}"
+        tmp = temporary_name(folder / name)
         try:
             folder.mkdir(parents=True, exist_ok=True)
             tmp.write_text(body)

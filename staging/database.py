@@ -20,6 +20,8 @@ from typing import Any
 
 import duckdb
 
+from workload_attribution.staging.grammar import add_grammar
+
 SQL_DIR = Path(__file__).resolve().parent / "sql"
 
 # DuckDB's Python client tries `import pandas` on every parameterised execute to check for
@@ -57,13 +59,19 @@ def new_staging_path() -> str:
 
 
 def connect(path: str) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(path)
+    """A connection to a staging database, finding the grammar's macros where its database keeps
+    them (staging/grammar.py: a search_path is a connection's own setting)."""
+    con = duckdb.connect(path)
+    search = _search_paths.get(path)
+    if search is not None:
+        con.execute(f"SET search_path = {sql_literal(search)}")
+    return con
 
 
 @contextmanager
 def connected(path: str) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection to an attempt's staging database for the length of a `with` block."""
-    con = duckdb.connect(path)
+    con = connect(path)
     try:
         yield con
     finally:
@@ -73,10 +81,12 @@ def connected(path: str) -> Iterator[duckdb.DuckDBPyConnection]:
 # An in-memory database lives while a connection to it is open: one holder per staging path.
 _holders: dict[str, duckdb.DuckDBPyConnection] = {}
 _spill: dict[str, str] = {}
+_search_paths: dict[str, str] = {}  # staging path -> the search_path that finds the grammar's file
 
 
 def release_staging(path: str) -> None:
     con = _holders.pop(path, None)
+    _search_paths.pop(path, None)
     if con is not None:
         con.close()
     spill = _spill.pop(path, None)
@@ -87,8 +97,9 @@ def release_staging(path: str) -> None:
 
 
 def open_staging(path: str) -> None:
-    """A new staging database: its settings, schema and macros, no attempt yet. They are made on
-    the connection that holds the database (a second one only cost its own connect and close)."""
+    """A new staging database: its settings, schema and the grammar's macros (attached from the
+    user's cache, staging/grammar.py), no attempt yet. They are made on the connection that holds
+    the database (a second one only cost its own connect and close)."""
     con = _holders[path] = connect(path)
     con.execute("SET TimeZone = 'UTC'")
     if path.startswith(":memory:"):
@@ -100,7 +111,9 @@ def open_staging(path: str) -> None:
         con.execute(f"SET memory_limit = {sql_literal(STAGING_MEMORY)}")
     con.execute(sql("staging_schema.sql"))
     con.execute("CREATE SEQUENCE IF NOT EXISTS file_seq START 1")
-    con.execute(sql("log_time_macros.sql"))
+    search = add_grammar(con, sql("log_time_macros.sql"))
+    if search is not None:
+        _search_paths[path] = search
 
 
 # Below this many rows, an attempt's statements cost more to optimise than the optimised plans

@@ -31,6 +31,7 @@ from typing import Any
 
 from workload_attribution.contracts.errors import BadInput
 from workload_attribution.staging.files import BREAK_BLOCK, decode, line_breaks
+from workload_attribution.staging.user_cache import cache_dir, temporary_name
 
 ENV = "ATTRIBUTION_PREFILTER"
 ENGINES = ("hyperscan", "duckdb")
@@ -215,8 +216,7 @@ _CACHE_KEEP = 32  # entries kept (a pack's sources and its concepts, for a few p
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "workload-attribution" / "hyperscan"
+    return cache_dir("hyperscan")
 
 
 @lru_cache(maxsize=1)
@@ -262,7 +262,7 @@ def _keep_file(path: Path, body: bytes) -> None:
     """An entry of a cache folder written whole, then renamed (a reader never sees half of one);
     the folder's newest _CACHE_KEEP entries of its kind kept, the rest removed."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    tmp = temporary_name(path)
     tmp.write_bytes(body)
     os.replace(tmp, path)
     kept = sorted(path.parent.glob(f"*{path.suffix}"), key=lambda f: f.stat().st_mtime, reverse=True)

@@ -46,6 +46,7 @@ import duckdb
 
 from workload_attribution.rules.catalog import COLUMNS, FAMILIES, MIN_LITERAL, literals_of
 from workload_attribution.staging.database import naive_utc, sql
+from workload_attribution.staging.grammar import add_grammar
 from workload_attribution.tasks.templates import VARIABLE, mask_expression
 from workload_attribution.warehouse.store import Warehouse
 
@@ -237,7 +238,7 @@ def message_keys(texts: list[tuple[str, datetime | None, list[str]]]) -> list[tu
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
-        con.execute(sql("log_time_macros.sql"))
+        add_grammar(con, sql("log_time_macros.sql"))
         bodies = [
             r[0] or ""
             for r in con.execute(

@@ -49,6 +49,7 @@ from workload_attribution.staging.files import (
     plain_text,
     read_raw_pieces,
 )
+from workload_attribution.staging.grammar import add_grammar
 
 # Lines read per bundle: a busy 64-host attempt has about a million; past this the rest is not read.
 MAX_LINES = 4_000_000
@@ -235,7 +236,7 @@ def templates_of(
         # stamps of a few lines, and merges of a few rows; optimising their plans (constants of
         # megabytes, the stamps' grammar of ~136 KB) cost 2-3 times running them (docs/benchmarks.md)
         con.execute("PRAGMA disable_optimizer")
-        con.execute(sql("log_time_macros.sql"))
+        add_grammar(con, sql("log_time_macros.sql"))
         con.execute(
             "CREATE TABLE seen (template VARCHAR, n BIGINT, "
             "first STRUCT(t TIMESTAMP, f INTEGER, l BIGINT, src VARCHAR, raw VARCHAR, upto TIMESTAMP))"

@@ -291,3 +291,101 @@ def test_the_pack_keeps_its_rules_found_one_select(monkeypatch: pytest.MonkeyPat
         with pytest.raises(RuleRuntimeError):
             kept.check_select(bad)
         assert bad not in kept._selects
+
+
+# -- The grammar's macros (staging/grammar.py) --------------------------------------------------
+
+GRAMMAR_LINES = [
+    "2026-11-20T10:05:01.123+01:00 gpu-a01 kernel: NVRM: Xid (PCI:0000:1b:00): 79, GPU has fallen off the bus.",
+    "Nov 20 10:05:01 gpu-a01 kernel: [  12.5] nvidia: loading out-of-tree module",
+    '{"log":"[rank3]: RuntimeError: CUDA error\\n","stream":"stderr","time":"2026-11-20T09:05:02.5Z"}',
+    " 3: [rank3]: E1120 10:05:03.000 123 ProcessGroupNCCL.cpp:607] Watchdog caught collective operation timeout",
+    "no time at all",
+]
+
+
+def _parsed(path: str) -> list[tuple]:
+    """The grammar's reading of GRAMMAR_LINES on a new connection to a staging database."""
+    from workload_attribution.staging import database
+
+    with database.connected(path) as con:
+        return con.execute(
+            "SELECT p['ts']::VARCHAR, p['rank'], p['body'] FROM "
+            "(SELECT i, parse_log_line(l, 'Europe/Berlin', TIMESTAMP '2026-11-20 10:00:00') AS p "
+            "FROM (SELECT unnest($l) AS l, generate_subscripts($l, 1) AS i)) ORDER BY i",
+            {"l": GRAMMAR_LINES},
+        ).fetchall()
+
+
+def _staged(monkeypatch: pytest.MonkeyPatch, fresh_process: bool = True) -> tuple[str, list[tuple], str | None]:
+    """A new staging database: its path, the grammar's reading on another connection, the catalog
+    its macros were found in (None: made in the database itself)."""
+    from workload_attribution.staging import database, grammar
+
+    if fresh_process:
+        monkeypatch.setattr(grammar, "_found", set())
+        monkeypatch.setattr(grammar, "_refused", set())
+    path = database.new_staging_path()
+    database.open_staging(path)
+    with database.connected(path) as con:
+        where = con.execute(
+            "SELECT database_name FROM duckdb_functions() WHERE function_name = 'parse_log_line'"
+        ).fetchone()[0]
+    parsed = _parsed(path)
+    database.release_staging(path)
+    return path, parsed, (None if where == "memory" else where)
+
+
+def test_the_grammar_is_attached_from_the_cache_and_reads_as_made_in_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workload_attribution.staging import grammar
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    _, attached, where = _staged(monkeypatch)
+    assert where == grammar.GRAMMAR
+    [kept] = (tmp_path / "workload-attribution" / "grammar").glob("grammar-*.duckdb")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(kept))  # a file: no cache directory can be made under it
+    _, made, where = _staged(monkeypatch)
+    assert where is None  # made in the database, as always
+    assert attached == made and made[0][0] == "2026-11-20 09:05:01.123" and made[3][1:] == (
+        3,
+        "E1120 10:05:03.000 123 ProcessGroupNCCL.cpp:607] Watchdog caught collective operation timeout",
+    )
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert grammar.grammar_file("SELECT 1") != kept  # other macros: another file
+
+
+def test_a_damaged_grammar_file_is_read_around_and_built_again_by_the_next_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workload_attribution.staging import grammar
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    _, expected, _ = _staged(monkeypatch)
+    [kept] = (tmp_path / "workload-attribution" / "grammar").glob("grammar-*.duckdb")
+    kept.write_bytes(b"not a database" * 1000)
+    _, parsed, where = _staged(monkeypatch, fresh_process=False)  # this process still takes it as good
+    assert where is None and parsed == expected and not kept.exists()  # made in the database; file removed
+    _, parsed, where = _staged(monkeypatch, fresh_process=False)
+    assert where is None  # this process does not try it again
+    _, parsed, where = _staged(monkeypatch)  # the next process builds it again
+    assert where == grammar.GRAMMAR and parsed == expected and kept.exists()
+    assert not [p for p in kept.parent.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_staging_databases_made_at_once_on_many_threads_all_read_the_grammar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One file built by whichever thread gets there first, attached read-only by every database."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from workload_attribution.staging import grammar
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(grammar, "_found", set())
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda _: _staged(monkeypatch, fresh_process=False), range(12)))
+    assert {where for _, _, where in results} == {grammar.GRAMMAR}
+    assert len({tuple(parsed) for _, parsed, _ in results}) == 1
+    assert len(list((tmp_path / "workload-attribution" / "grammar").iterdir())) == 1
