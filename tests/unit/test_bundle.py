@@ -144,6 +144,30 @@ def test_symlink_outside_the_bundle_is_refused(bundle, tmp_path):
     assert not any("evil" in x[0] for x in lines)
 
 
+def test_a_path_is_inside_the_bundle_unless_a_link_or_dotdot_leads_out(tmp_path):
+    """connectors/bundle._inside: what lies under the bundle's path with no link on the way is in
+    (the bundle itself reached through a link included); a link is followed, `..` resolved."""
+    from workload_attribution.connectors.bundle import _inside
+
+    real = tmp_path / "real"
+    (real / "logs" / "app").mkdir(parents=True)
+    (real / "logs" / "app" / "h1.log").write_text("x\n")
+    (tmp_path / "secret.log").write_text("x\n")
+    via = tmp_path / "via"
+    via.symlink_to(real)
+    (real / "logs" / "app" / "same.log").symlink_to(real / "logs" / "app" / "h1.log")
+    (real / "logs" / "app" / "out.log").symlink_to(tmp_path / "secret.log")
+    (real / "logs" / "up").symlink_to(tmp_path)
+    for bundle in (real, via):
+        assert _inside(bundle, bundle / "logs" / "app" / "h1.log")
+        assert _inside(bundle, bundle / "logs" / "app" / "absent.log")  # nothing to follow
+        assert _inside(bundle, bundle / "logs" / "app" / "same.log")  # a link within the bundle
+        assert not _inside(bundle, bundle / "logs" / "app" / "out.log")
+        assert not _inside(bundle, bundle / "logs" / "up" / "secret.log")  # a folder linked out
+        assert not _inside(bundle, bundle / "logs" / ".." / ".." / "secret.log")
+        assert not _inside(bundle, tmp_path / "secret.log")  # not under the bundle's path at all
+
+
 @pytest.mark.parametrize(
     "content,field",
     [
