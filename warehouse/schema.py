@@ -22,7 +22,8 @@ VIEWS_DIR = Path(__file__).resolve().parent / "views"
 
 # table constraints ", PRIMARY KEY (a, b)" and column constraints "a VARCHAR PRIMARY KEY,": DuckLake
 # has none, so a lake's key (cluster, scheduler, job_id, attempt) is kept by the writer's
-# delete-then-insert transaction (warehouse/writer.py), the same in both backends
+# delete-then-insert transaction (warehouse/writer.py), the same in both backends (a file's
+# `diagnoses` lost its key too, schema v9)
 _NO_CONSTRAINTS = re.compile(r",\s*PRIMARY KEY\s*\([^)]*\)|\s+PRIMARY KEY(?=\s*[,)])", re.I)
 
 
@@ -62,13 +63,21 @@ def migrate(con: duckdb.DuckDBPyConnection, lake: bool, name: str) -> None:
     _replace_views(con)
 
 
+# A schema file whose first line is this changes only a DuckDB file (a lake records its version
+# and runs nothing: what the file changes, a lake never had)
+FILE_ONLY = "-- backend: file"
+
+
 def _apply(con: duckdb.DuckDBPyConnection, version: int, path: Path, lake: bool) -> None:
     """One schema file in its own transaction, unless another writer applied it meanwhile."""
     con.execute("BEGIN TRANSACTION")
     try:
         if scalar(con, "SELECT coalesce(max(version), 0) FROM schema_version") < version:
             sql = path.read_text()
-            con.execute(_NO_CONSTRAINTS.sub("", sql) if lake else sql)
+            if not lake:
+                con.execute(sql)
+            elif not sql.startswith(FILE_ONLY):
+                con.execute(_NO_CONSTRAINTS.sub("", sql))
             con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
         con.execute("COMMIT")
     except Exception:

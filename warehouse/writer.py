@@ -3,7 +3,8 @@
 An attempt's diagnosis replaces whatever was written for that attempt before, rows of every table,
 in one transaction: delete then insert, unless what is stored outranks it (a newer rules pack's,
 warehouse/precedence.py), when nothing is written. DuckLake has no PRIMARY KEY/UNIQUE constraints,
-so this is what keeps the key (cluster, scheduler, job_id, attempt) in both backends, provided no
+and a DuckDB file's `diagnoses` has none since schema v9 (its index made every checkpoint rewrite
+the table), so this is what keeps the key (cluster, scheduler, job_id, attempt) in both backends, provided no
 other writer of the attempt runs meanwhile: one process writes a DuckDB file at a time, and a lake
 writer holds the attempt's turn (warehouse/turns.py). Callers hold backends.WRITE_LOCK and run
 these under conflicts.retry.

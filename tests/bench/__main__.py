@@ -18,6 +18,8 @@ command, the date, the cores and the load average before it:
   latency       tests/bench/diagnose_latency.py: POST /v1/diagnose p50 / p99
   bounds        tests/bench/bounds.py: hostile inputs at full size (a 1 GiB line, 10M lines, ...)
   rules impact  tests/bench/impact.py: archived attempts replayed a minute, per kind of rule change
+  warehouse growth  tests/bench/warehouse_growth.py: a diagnosis written into a DuckDB file of
+                14 to 14,000 diagnoses (the write, the checkpoint at its close)
   storm         tests/bench/trigger_storm.py: webhook -> diagnosis on Prefect with SQLite and with
                 PostgreSQL, one worker (DuckDB file) and two (DuckLake), attempts/h, p50 / p90
   storm, one and two workers on one DuckLake: whether a second worker adds throughput
@@ -47,6 +49,7 @@ def parts(quick: bool, storm: bool, keep: str) -> list[tuple[str, list[str]]]:
         ("latency", ["tests.bench.diagnose_latency", *(["-n", "20"] if quick else [])]),
         ("bounds", ["tests.bench.bounds", *(["--only", "nodes-10k", "topology-1m"] if quick else [])]),
         ("rules impact", ["tests.bench.impact", *(["--attempts", "600"] if quick else [])]),
+        ("warehouse growth", ["tests.bench.warehouse_growth", *(["--sizes", "14,1400"] if quick else [])]),
     ]
     if storm:
         out += [

@@ -109,6 +109,59 @@ def test_xid_symptoms_are_kept_by_code_and_a_warehouse_from_before_gets_them(tmp
     assert {r[1] for r in wh.query("xids_by_week")[1]} == {r[0] for r in written}
 
 
+def _primary_keys(con, table: str) -> int:
+    return con.execute(
+        "SELECT count(*) FROM duckdb_constraints() WHERE table_name = ? AND constraint_type = 'PRIMARY KEY'", [table]
+    ).fetchone()[0]
+
+
+def test_diagnoses_keep_their_key_without_an_index_and_a_warehouse_from_before_loses_only_that(tmp_path, diagnosis):
+    """Schema v9: `diagnoses` has no PRIMARY KEY (its index made each checkpoint rewrite the table's
+    last row group whole, every diagnosis' JSON in it); the writer keeps the key. A v8 warehouse's
+    table is rebuilt: every row, column and NOT NULL kept, the index gone."""
+    path = tmp_path / "w.duckdb"
+    wh = Warehouse(path)
+    wh.write(diagnosis)
+    wh.write(diagnosis)  # the key kept by the writer: replaced, never added
+    with wh.connect(read_only=True) as con:
+        assert _primary_keys(con, "diagnoses") == 0
+        assert con.execute("SELECT count(*) FROM diagnoses").fetchone() == (1,)
+        columns = con.execute("DESCRIBE diagnoses").fetchall()
+    con = duckdb.connect(str(path))  # as a v8 warehouse: the table as schema v1 made it, keyed
+    v1 = (ROOT / "warehouse" / "schema" / "001_core.sql").read_text()
+    table = v1[v1.index("CREATE TABLE IF NOT EXISTS diagnoses") : v1.index(");", v1.index("diagnoses (")) + 2]
+    con.execute("CREATE TABLE v8 AS SELECT * FROM diagnoses; DROP TABLE diagnoses")
+    con.execute(table)
+    con.execute("INSERT INTO diagnoses SELECT * FROM v8; DROP TABLE v8; DELETE FROM schema_version WHERE version >= 9")
+    assert _primary_keys(con, "diagnoses") == 1
+    con.close()
+    other = diagnosis.attempt.model_copy(update={"job_id": "another"})
+    wh.write(diagnosis.model_copy(update={"diagnosis_id": "another", "attempt": other}))  # an open migrates
+    with wh.connect(read_only=True) as con:
+        assert _primary_keys(con, "diagnoses") == 0
+        assert con.execute("DESCRIBE diagnoses").fetchall() == columns  # NOT NULL key columns included
+        assert con.execute("SELECT job_id, diagnosis_id FROM diagnoses ORDER BY job_id").fetchall() == [
+            (diagnosis.attempt.job_id, diagnosis.diagnosis_id),
+            ("another", "another"),
+        ]
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone() == (9,)
+    assert wh.get("eos", "slurm", "4191701", 0)["diagnosis_id"] == diagnosis.diagnosis_id
+
+
+def test_a_schema_file_for_duckdb_files_only_is_recorded_on_a_lake_and_changes_nothing(tmp_path):
+    """A lake never had the key v9 takes off a file: its version is recorded, nothing run."""
+    from workload_attribution.warehouse import schema
+
+    (path,) = [p for v, p in schema.migrations() if v == 9]
+    assert path.read_text().startswith(schema.FILE_ONLY)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMPTZ DEFAULT now())")
+    con.execute("CREATE TABLE diagnoses (cluster VARCHAR, n INTEGER)")
+    schema._apply(con, 9, path, lake=True)
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(9,)]
+    assert con.execute("DESCRIBE diagnoses").fetchall()[1][0] == "n"  # not rebuilt
+
+
 WRITER = textwrap.dedent("""
     import sys, json
     sys.path.insert(0, {root!r})
