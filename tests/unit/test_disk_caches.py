@@ -348,10 +348,9 @@ def test_the_grammar_is_attached_from_the_cache_and_reads_as_made_in_the_databas
     monkeypatch.setenv("XDG_CACHE_HOME", str(kept))  # a file: no cache directory can be made under it
     _, made, where = _staged(monkeypatch)
     assert where is None  # made in the database, as always
-    assert attached == made and made[0][0] == "2026-11-20 09:05:01.123" and made[3][1:] == (
-        3,
-        "E1120 10:05:03.000 123 ProcessGroupNCCL.cpp:607] Watchdog caught collective operation timeout",
-    )
+    assert attached == made
+    assert made[0][0] == "2026-11-20 09:05:01.123"
+    assert made[3][1] == 3 and made[3][2].startswith("E1120 10:05:03.000 123 ProcessGroupNCCL.cpp:607] Watchdog")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert grammar.grammar_file("SELECT 1") != kept  # other macros: another file
 
