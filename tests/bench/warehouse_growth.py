@@ -2,6 +2,7 @@
 
     python -m tests.bench.warehouse_growth [--sizes 14,1400,14000] [-n 5]
     python -m tests.bench.warehouse_growth --one-by-one 2600   # the same, written one at a time
+    python -m tests.bench.warehouse_growth --actions 50000     # an acting write beside 50,000 actions
 
 tests/regression's diagnoses are written into a new warehouse, which is then grown to each size
 by copying its rows under new attempt keys and diagnosis ids (every table, one statement each: a
@@ -14,6 +15,10 @@ the close, with the file's size.
 With --one-by-one N, N diagnoses of the worked example are written instead, one after another into
 a new file, each closed (as a worker writes them, never in bulk), and the median close of each
 tenth of them is printed (about 8 minutes for 2,600).
+
+With --actions N, a new warehouse's `actions` table is given N rows (as a year of acting leaves
+them: ~0.8 KB of details each), and five decisions of three rows each are recorded and finished
+(Warehouse.record_actions, finish_actions) in a session each: the median close is printed.
 
 A checkpoint of a table with a PRIMARY KEY rewrote that table's last row group whole (up to
 122,880 rows, each diagnosis' JSON in `diagnoses`): the cost grew with the warehouse until the
@@ -62,9 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="14,1400,14000", help="diagnoses in the warehouse, each a multiple of the first")
     ap.add_argument("-n", type=int, default=5, help="diagnoses written at each size")
     ap.add_argument("--one-by-one", type=int, default=0, metavar="N", help="write N diagnoses one at a time instead")
+    ap.add_argument("--actions", type=int, default=0, metavar="N", help="time acting writes beside N actions instead")
     a = ap.parse_args(argv)
     sizes = [int(s) for s in a.sizes.split(",")]
     pack = default_pack()
+    if a.actions:
+        return acting(a.actions)
     if a.one_by_one:
         return one_by_one(diagnose(ROOT / "tests" / "examples" / "xid149-worked", pack=pack), a.one_by_one)
     seeds = [diagnose(b, pack=pack) for b in sorted((ROOT / "tests" / "regression").iterdir()) if b.is_dir()]
@@ -105,6 +113,63 @@ def main(argv: list[str] | None = None) -> int:
     print("| ---: | ---: | ---: | ---: |")
     for have, mib, write, close in rows:
         print(f"| {have:,} | {mib:,.0f} MiB | {write:.0f} ms | {close:.0f} ms |")
+    return 0
+
+
+def acting(n: int) -> int:
+    """Five decisions of three actions each, recorded and finished beside n actions; the median close."""
+    from datetime import datetime, timezone
+
+    from workload_attribution.contracts.actions import ActionRecord, Outcome
+    from workload_attribution.warehouse.store import Warehouse
+
+    closes: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="warehouse-growth-") as tmp:
+        wh = Warehouse(Path(tmp) / "w.duckdb")
+        with wh.connect() as con:
+            con.execute(
+                "INSERT INTO actions (action_id, decided_at, seq, cluster, scheduler, job_id, attempt, diagnosis_id, "
+                "rules_version, terminal_state, sub_domain, confidence, recommended_action, sink, operation, "
+                "isolates, node, dry_run, outcome, details) SELECT 'old-' || range, now(), 0, 'c', 'slurm', "
+                "'j' || range, 0, 'd' || range, 'v', 'hardware_failure', 'gpu', 'high', 'drain_node', 'slurm', "
+                "'drain', true, 'n' || (range % 5000), false, 'done', "
+                "('{\"reason\": \"' || repeat('x', 700) || '\"}')::JSON FROM range($n)",
+                {"n": n},
+            )
+        for i in range(5):
+            now = datetime.now(timezone.utc)
+            records = [
+                ActionRecord(
+                    action_id=f"new-{i}-{k}",
+                    decided_at=now,
+                    cluster="c",
+                    scheduler="slurm",
+                    job_id=f"new-{i}",
+                    attempt=0,
+                    diagnosis_id=f"new-{i}",
+                    rules_version="v",
+                    terminal_state="hardware_failure",
+                    sub_domain="gpu",
+                    confidence="high",
+                    recommended_action="drain_node",
+                    sink="slurm",
+                    operation="drain",
+                    isolates=True,
+                    node=f"n{k}",
+                    dry_run=False,
+                    outcome=Outcome.pending,
+                    details={"reason": "x" * 700},
+                )
+                for k in range(3)
+            ]
+            with wh.session():
+                done = wh.record_actions(records)
+                wh.finish_actions([r.model_copy(update={"outcome": Outcome.done}) for r in done])
+                started = time.perf_counter()
+            closes.append(time.perf_counter() - started)
+    print("\n| actions in the file | an acting write's close (its checkpoint), median of 5 |")
+    print("| ---: | ---: |")
+    print(f"| {n:,} | {statistics.median(closes) * 1000:.0f} ms |")
     return 0
 
 

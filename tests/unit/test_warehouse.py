@@ -14,6 +14,7 @@ from tests.helpers import diagnose
 from tests.waiting import duckdb_held_by_another_process, wait_line, wait_until
 from workload_attribution.contracts.vocabulary import Action
 from workload_attribution.rules.pack import default_pack
+from workload_attribution.warehouse.schema import migrations
 from workload_attribution.warehouse.store import Warehouse, WarehouseLocked
 
 
@@ -144,8 +145,40 @@ def test_diagnoses_keep_their_key_without_an_index_and_a_warehouse_from_before_l
             (diagnosis.attempt.job_id, diagnosis.diagnosis_id),
             ("another", "another"),
         ]
-        assert con.execute("SELECT max(version) FROM schema_version").fetchone() == (9,)
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone() == (migrations()[-1][0],)
     assert wh.get("eos", "slurm", "4191701", 0)["diagnosis_id"] == diagnosis.diagnosis_id
+
+
+def test_actions_lose_their_key_index_too_and_keep_every_row(tmp_path, diagnosis):
+    """Schema v10: `actions` without its PRIMARY KEY (the same rewrite at each checkpoint as v9's),
+    every row and column of a v9 file's table kept."""
+    path = tmp_path / "w.duckdb"
+    wh = Warehouse(path)
+    wh.write(diagnosis)
+    con = duckdb.connect(str(path))  # as a v9 warehouse: the table as schema v5 made it, keyed, with an action
+    v5 = (ROOT / "warehouse" / "schema" / "005_actions.sql").read_text()
+    con.execute("DROP TABLE actions")
+    con.execute(v5[v5.index("CREATE TABLE") :])
+    con.execute(
+        "INSERT INTO actions (action_id, decided_at, seq, cluster, scheduler, job_id, attempt, diagnosis_id, "
+        "rules_version, terminal_state, sub_domain, confidence, recommended_action, sink, operation, isolates, "
+        "node, dry_run, outcome, details) VALUES ('a-1', now(), 0, 'eos', 'slurm', '4191701', 0, ?, 'v', "
+        "'hardware_failure', 'nvlink', 'high', 'drain_node', 'slurm', 'drain', true, 'gb-r12-n04', true, "
+        "'dry_run', '{\"reason\": \"x\"}')",
+        [diagnosis.diagnosis_id],
+    )
+    columns = [r[:3] for r in con.execute("DESCRIBE actions").fetchall()]  # name, type, NOT NULL
+    con.execute("DELETE FROM schema_version WHERE version >= 10")
+    assert _primary_keys(con, "actions") == 1
+    con.close()
+    wh.write(diagnosis)  # an open migrates
+    with wh.connect(read_only=True) as con:
+        assert _primary_keys(con, "actions") == 0
+        assert [r[:3] for r in con.execute("DESCRIBE actions").fetchall()] == columns
+        assert con.execute("SELECT action_id, node, details->>'reason' FROM actions").fetchall() == [
+            ("a-1", "gb-r12-n04", "x")
+        ]
+    assert [a.action_id for a in wh.actions()] == ["a-1"]
 
 
 def test_a_schema_file_for_duckdb_files_only_is_recorded_on_a_lake_and_changes_nothing(tmp_path):
