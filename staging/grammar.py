@@ -24,7 +24,6 @@ from workload_attribution.staging.user_cache import cache_dir, temporary_name
 
 # The catalog name the grammar's file is attached as: one no table or schema of the pack uses.
 GRAMMAR = "attribution_grammar"
-_MACROS = "log_time_macros.sql"
 _FORMAT = 1  # a change to what the file holds or how it is attached is a new name
 _KEEP = 4  # files kept in the folder (versions of the SQL side by side: a few checkouts or releases)
 

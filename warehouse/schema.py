@@ -23,7 +23,7 @@ VIEWS_DIR = Path(__file__).resolve().parent / "views"
 # table constraints ", PRIMARY KEY (a, b)" and column constraints "a VARCHAR PRIMARY KEY,": DuckLake
 # has none, so a lake's key (cluster, scheduler, job_id, attempt) is kept by the writer's
 # delete-then-insert transaction (warehouse/writer.py), the same in both backends (a file's
-# `diagnoses` lost its key too, schema v9)
+# `diagnoses` and `actions` lost their keys too: schema v9 and v10)
 _NO_CONSTRAINTS = re.compile(r",\s*PRIMARY KEY\s*\([^)]*\)|\s+PRIMARY KEY(?=\s*[,)])", re.I)
 
 
