@@ -43,7 +43,7 @@ def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref: datetime, files_by_r
         "SELECT (SELECT count(*) FROM raw_lines) + (SELECT coalesce(sum(len(head) + coalesce(len(tail), 0)), 0) "
         "FROM source_files WHERE head IS NOT NULL)",
     )
-    with plainly(con, parsed, one_thread=True):
+    with plainly(con, parsed, pick_threads=True):
         done, needing = _stamped(con, tz, ref, files_by_ref)
     if not needing:
         return done
@@ -55,7 +55,7 @@ def normalize(con: duckdb.DuckDBPyConnection, tz: str, ref: datetime, files_by_r
     window = scalar(con, "SELECT count(*) FROM line_window")
     if not window:  # no neighbour read (the files gone, not plain text): the grammar has nothing to parse
         return done
-    with plainly(con, window, one_thread=True):
+    with plainly(con, window, pick_threads=True):
         con.execute(render("inherit_time.sql", context=CONTEXT_LINES), {"tz": tz, "ref": ref})
     return done
 

@@ -72,17 +72,6 @@ __all__ = [
 T = TypeVar("T")
 
 
-def _one_thread(con: duckdb.DuckDBPyConnection) -> None:
-    """One diagnosis's write on one DuckDB thread. Its statements touch a few rows each, and the
-    commit and the checkpoint at close on a pool of threads cost more CPU than they save: ~40 ms
-    of the ~190 ms a write took (tests/bench/trigger_storm.py's warehouse, 30 writes each way),
-    and less wall time too. Only this connection's database is set (the file, until it closes)."""
-    try:
-        con.execute("SET threads = 1")
-    except duckdb.Error:  # settings locked by whoever opened it: written as it is
-        pass
-
-
 class Warehouse:
     def __init__(self, path: str | Path, lock_wait_s: float | None = None):
         self.url = str(path)
@@ -198,6 +187,9 @@ class Warehouse:
         writes (read_csv, COPY, EXPORT), no ATTACH, no INSTALL/LOAD, and settings locked, so an
         analyst's query or a request's filter cannot turn into access to the machine."""
         with self.connect(read_only=True) as con:
+            # an analyst's query over the fleet's diagnoses gets every core (a file opens on one:
+            # backends.FILE_CONFIG)
+            con.execute(f"SET threads = {os.cpu_count() or 1}")
             if self.lake is not None:  # DuckLake reads its own Parquet files: only the lake's directory stays reachable
                 con.execute("SET allowed_directories = [?]", [self.lake.data_path])
             con.execute("SET enable_external_access = false")
@@ -264,7 +256,6 @@ class Warehouse:
             with WRITE_LOCK:
                 if self.lake is None:
                     with self.connect() as con:
-                        _one_thread(con)
                         written = retry(lambda: write_diagnosis(con, d, topology, templates))
                 else:
                     written = write_kept_lake(self.url, lambda: self._open(read_only=False), in_turn)

@@ -1,5 +1,6 @@
 """Warehouse: idempotent per attempt, concurrent writer processes both land, locks wait then fail loudly."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -38,6 +39,27 @@ def test_rediagnosing_replaces_never_duplicates(tmp_path, diagnosis):
         assert con.execute("SELECT count(*) FROM diagnosis_coverage").fetchone()[0] == len(diagnosis.coverage)
     stored = wh.get("eos", "slurm", "4191701", 0)
     assert stored["terminal_state"] == "hardware_failure" and stored["diagnosis_id"] == diagnosis.diagnosis_id
+
+
+def _threads(con) -> int:
+    return int(con.execute("SELECT current_setting('threads')").fetchone()[0])
+
+
+def test_a_file_is_written_on_one_thread_and_read_on_every_core(tmp_path, diagnosis):
+    """backends.FILE_CONFIG: a diagnosis's publishing never starts a DuckDB worker thread (stopping
+    one flushed the allocator's caches: page faults at every diagnosis); an analyst's query has
+    every core."""
+    wh = Warehouse(tmp_path / "w.duckdb")
+    with wh.session():
+        wh.write(diagnosis)
+        with wh.connect() as con:  # the session's connection
+            assert _threads(con) == 1
+    with wh.reader() as con:
+        assert _threads(con) == (os.cpu_count() or 1)
+        assert con.execute("SELECT count(*) FROM diagnoses").fetchone() == (1,)
+    wh.write(diagnosis)  # a file a reader set to every core opens on one again: the same configuration
+    with wh.connect() as con:
+        assert _threads(con) == 1
 
 
 def test_a_newer_rules_pack_wins_over_an_older_one_whoever_writes_last(tmp_path, diagnosis):
