@@ -262,7 +262,7 @@ def explained(d: Diagnosis) -> set[str]:
         return set()
     from workload_attribution.tasks.templates import mask_expression
 
-    con = duckdb.connect()
+    con = duckdb.connect(config={"threads": 1})  # a few lines: no worker thread started (staging/database.py)
     try:
         texts = [e.text for e in lines]
         masked = con.execute(

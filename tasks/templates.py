@@ -229,7 +229,10 @@ def templates_of(
         found, not_read = log_files(bundle, source)
         files += [(source, f) for f in found]
         out.not_read += not_read
-    con = duckdb.connect()
+    # one DuckDB thread: each statement reads a batch of first lines (one row group), and a database
+    # opened on a thread a core would start a worker only to flush the allocator when it stops
+    # (staging/database.py's _STAGING_CONFIG says what that cost)
+    con = duckdb.connect(config={"threads": 1})
     try:
         con.execute("SET TimeZone = 'UTC'")
         # Unoptimised: these statements are a join of first lines to their shapes' templates, the
