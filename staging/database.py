@@ -58,20 +58,21 @@ def new_staging_path() -> str:
     return f":memory:attempt_{uuid.uuid4().hex[:12]}"
 
 
-# A staging database starts on one DuckDB thread; a big attempt's gets every core once its size is
-# known (choose_threads). A database started on DuckDB's default (a thread a core) launched a worker
+# A DuckDB database of this process's (a staging database, the warehouse file, the templates' pass)
+# starts on one thread; a big attempt's staging gets every core once its size is known
+# (choose_threads). A database started on DuckDB's default (a thread a core) launched a worker
 # thread, and the tiny attempt's first choose_threads stopped it again; a DuckDB thread that stops
 # flushes its allocator's caches (jemalloc: the arena it shares with the attempt's own thread),
 # and the attempt's next ~40 MB were page faults again: ~20 ms of CPU a warm diagnosis. Every
-# connection to a named in-memory database passes the same configuration (DuckDB refuses a second
-# one that differs from the first's, whatever was SET since).
-_STAGING_CONFIG: dict[str, str | bool | int | float | list[str]] = {"threads": 1}
+# connection to a named database passes the same configuration (DuckDB refuses a second one that
+# differs from the first's, whatever was SET since).
+ONE_THREAD: dict[str, str | bool | int | float | list[str]] = {"threads": 1}
 
 
 def connect(path: str) -> duckdb.DuckDBPyConnection:
     """A connection to a staging database, finding the grammar's macros where its database keeps
     them (staging/grammar.py: a search_path is a connection's own setting)."""
-    con = duckdb.connect(path, config=_STAGING_CONFIG) if path.startswith(":memory:") else duckdb.connect(path)
+    con = duckdb.connect(path, config=ONE_THREAD) if path.startswith(":memory:") else duckdb.connect(path)
     search = _search_paths.get(path)
     if search is not None:
         con.execute(f"SET search_path = {sql_literal(search)}")
@@ -161,7 +162,7 @@ def plainly(con: duckdb.DuckDBPyConnection, rows: int, pick_threads: bool = Fals
 
 def choose_threads(con: duckdb.DuckDBPyConnection, rows: int) -> None:
     """One thread for what fits in a row group (ONE_THREAD_ROWS), else every core DuckDB would
-    use (a staging database starts on one: _STAGING_CONFIG); a locked database keeps its own."""
+    use (a staging database starts on one: ONE_THREAD); a locked database keeps its own."""
     cores = os.cpu_count() or 1
     want = 1 if rows < ONE_THREAD_ROWS else cores
     if not scalar(con, f"SELECT current_setting('lock_configuration') OR current_setting('threads') = {want}"):

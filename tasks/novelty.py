@@ -32,6 +32,7 @@ import duckdb
 
 from workload_attribution.contracts.models import AttemptScope, Diagnosis, NovelTemplate, Novelty
 from workload_attribution.contracts.vocabulary import Confidence, Role, SubDomain, TerminalState
+from workload_attribution.staging.database import ONE_THREAD
 
 # The templates (their reader and the warehouse's rows of them) are imported when a diagnosis is
 # stored: one with no warehouse only says it had nothing to compare with (without_warehouse).
@@ -262,7 +263,7 @@ def explained(d: Diagnosis) -> set[str]:
         return set()
     from workload_attribution.tasks.templates import mask_expression
 
-    con = duckdb.connect(config={"threads": 1})  # a few lines: no worker thread started (staging/database.py)
+    con = duckdb.connect(config=ONE_THREAD)  # a few lines: no worker thread started and stopped
     try:
         texts = [e.text for e in lines]
         masked = con.execute(

@@ -37,7 +37,7 @@ import duckdb
 from workload_attribution.connectors.bundle import TEXT_SOURCES, load_scope, log_files
 from workload_attribution.connectors.text import TextFile
 from workload_attribution.contracts.models import AttemptScope
-from workload_attribution.staging.database import naive_utc, sql, sql_literal
+from workload_attribution.staging.database import ONE_THREAD, naive_utc, sql, sql_literal
 from workload_attribution.staging.files import (
     COMPRESSED_SUFFIXES,
     MAX_LINE,
@@ -229,10 +229,8 @@ def templates_of(
         found, not_read = log_files(bundle, source)
         files += [(source, f) for f in found]
         out.not_read += not_read
-    # one DuckDB thread: each statement reads a batch of first lines (one row group), and a database
-    # opened on a thread a core would start a worker only to flush the allocator when it stops
-    # (staging/database.py's _STAGING_CONFIG says what that cost)
-    con = duckdb.connect(config={"threads": 1})
+    # one DuckDB thread (ONE_THREAD): each statement reads a batch of first lines, one row group
+    con = duckdb.connect(config=ONE_THREAD)
     try:
         con.execute("SET TimeZone = 'UTC'")
         # Unoptimised: these statements are a join of first lines to their shapes' templates, the

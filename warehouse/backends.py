@@ -32,6 +32,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 import duckdb
 
 from workload_attribution.contracts.errors import BadInput, NotStored
+from workload_attribution.staging.database import ONE_THREAD
 from workload_attribution.warehouse import turns
 from workload_attribution.warehouse.conflicts import is_conflict, retry
 from workload_attribution.warehouse.object_store import is_object_store, secret_sql
@@ -100,20 +101,14 @@ def _extension(name: str) -> str:
     return str(found[0])
 
 
-# A warehouse file is opened on one DuckDB thread. A diagnosis's publishing touches a few rows a
-# statement, and its commit and the checkpoint at close on a pool of threads cost more CPU than
-# they saved (~40 ms of a ~190 ms write, tests/bench/trigger_storm.py's warehouse). Opened on
-# DuckDB's default (a thread a core) and SET to one, it launched a worker thread and stopped it
-# again at every diagnosis, and a DuckDB thread that stops flushes its allocator's caches: the
-# publishing process's next ~20 MB were page faults again, ~30 ms of CPU a warm published diagnosis.
-# Every connection to the file in a process passes the same configuration (DuckDB refuses one
-# that differs from the first's); a reader takes every core back (Warehouse.reader).
-FILE_CONFIG: dict[str, str | bool | int | float | list[str]] = {"threads": 1}
-
-
 def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBPyConnection:
-    """A connection to a DuckDB file (FILE_CONFIG). A file another process holds (an analyst's
-    session) is waited for with backoff up to lock_wait_s, then WarehouseLocked."""
+    """A connection to a DuckDB file, on one thread (ONE_THREAD; a reader takes every core back:
+    Warehouse.reader). A diagnosis's publishing touches a few rows a statement, and its commit and
+    the checkpoint at close on a pool of threads cost more CPU than they saved (~40 ms of a ~190 ms
+    write); opened on a thread a core and SET to one, the file's worker thread was started and
+    stopped at every diagnosis (~30 ms of CPU a warm published diagnosis in page faults). A file
+    another process holds (an analyst's session) is waited for with backoff up to lock_wait_s,
+    then WarehouseLocked."""
     deadline = time.monotonic() + lock_wait_s
     delay = 0.05
     if not read_only:
@@ -123,7 +118,7 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
     while True:
         before = _identity(path)
         try:
-            return duckdb.connect(str(path), read_only=read_only, config=FILE_CONFIG)
+            return duckdb.connect(str(path), read_only=read_only, config=ONE_THREAD)
         except duckdb.IOException as exc:
             being_created = _identity(path) != before or _being_created(path, exc)
             if "not a valid DuckDB database" in str(exc) and not being_created:  # names something else: say which

@@ -188,7 +188,7 @@ class Warehouse:
         analyst's query or a request's filter cannot turn into access to the machine."""
         with self.connect(read_only=True) as con:
             # an analyst's query over the fleet's diagnoses gets every core (a file opens on one:
-            # backends.FILE_CONFIG)
+            # staging/database.ONE_THREAD)
             con.execute(f"SET threads = {os.cpu_count() or 1}")
             if self.lake is not None:  # DuckLake reads its own Parquet files: only the lake's directory stays reachable
                 con.execute("SET allowed_directories = [?]", [self.lake.data_path])

@@ -46,7 +46,7 @@ def _threads(con) -> int:
 
 
 def test_a_file_is_written_on_one_thread_and_read_on_every_core(tmp_path, diagnosis):
-    """backends.FILE_CONFIG: a diagnosis's publishing never starts a DuckDB worker thread (stopping
+    """staging/database.ONE_THREAD: a diagnosis's publishing never starts a DuckDB worker thread (stopping
     one flushed the allocator's caches: page faults at every diagnosis); an analyst's query has
     every core."""
     wh = Warehouse(tmp_path / "w.duckdb")
