@@ -45,6 +45,13 @@ LOCK_WAIT_S = 60.0
 # per table, so without it every attempt left two small files (symptoms, evidence) and a fleet's
 # lake grew by thousands an hour. Warehouse.maintain moves inlined rows into Parquet files.
 LAKE_INLINE_ROWS = 10_000
+# A writer's close checkpoints a DuckDB file only once its write-ahead log holds more than this
+# (~20 diagnoses of ~50 KB): a checkpoint at every close rewrote the newest row group of every
+# table a diagnosis touched, 50-225 ms a write as that group grew to 2,048 rows, where each open
+# replays what the log holds (~30 ms a write on average at this bound; docs/benchmarks.md, "A
+# warehouse file that grows"). DuckDB's own checkpoint at 16 MiB of log (checkpoint_threshold)
+# stays the bound when one write is larger.
+WAL_KEPT_BYTES = 1 << 20
 
 
 class WarehouseLocked(NotStored):
@@ -106,9 +113,10 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
     Warehouse.reader). A diagnosis's publishing touches a few rows a statement, and its commit and
     the checkpoint at close on a pool of threads cost more CPU than they saved (~40 ms of a ~190 ms
     write); opened on a thread a core and SET to one, the file's worker thread was started and
-    stopped at every diagnosis (~30 ms of CPU a warm published diagnosis in page faults). A file
-    another process holds (an analyst's session) is waited for with backoff up to lock_wait_s,
-    then WarehouseLocked."""
+    stopped at every diagnosis (~30 ms of CPU a warm published diagnosis in page faults). A
+    writer's close leaves the write-ahead log to the next open until it passes WAL_KEPT_BYTES
+    (close_file). A file another process holds (an analyst's session) is waited for with backoff
+    up to lock_wait_s, then WarehouseLocked."""
     deadline = time.monotonic() + lock_wait_s
     delay = 0.05
     if not read_only:
@@ -118,7 +126,7 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
     while True:
         before = _identity(path)
         try:
-            return duckdb.connect(str(path), read_only=read_only, config=ONE_THREAD)
+            con = duckdb.connect(str(path), read_only=read_only, config=ONE_THREAD)
         except duckdb.IOException as exc:
             being_created = _identity(path) != before or _being_created(path, exc)
             if "not a valid DuckDB database" in str(exc) and not being_created:  # names something else: say which
@@ -129,8 +137,27 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
                 raise WarehouseLocked(
                     f"{path}: still locked by another process (or being created by one) after {lock_wait_s:.0f}s"
                 ) from None
+        else:
+            if not read_only:  # the database's setting, for whichever of its connections closes last
+                con.execute("PRAGMA disable_checkpoint_on_shutdown")
+            return con
         time.sleep(delay * (1 + random.random()))
         delay = min(delay * 2, 1.0)
+
+
+def close_file(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Close a writer's connection to a DuckDB file, checkpointing it (when it is the database's
+    last connection) only if its write-ahead log holds more than WAL_KEPT_BYTES. What a commit wrote
+    is durable either way: the log is synced at each commit, and every open replays it, a reader's
+    too. A copy of the file for a backup takes the log beside it (the file's name + `.wal`), or is
+    made after a checkpoint (the nightly backfill's maintenance makes one)."""
+    try:
+        logged = path.with_name(path.name + ".wal").stat().st_size
+    except FileNotFoundError:
+        logged = 0
+    if logged > WAL_KEPT_BYTES:
+        con.execute("PRAGMA enable_checkpoint_on_shutdown")
+    con.close()
 
 
 def _create_whole(path: Path) -> None:

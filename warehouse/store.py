@@ -38,6 +38,7 @@ from workload_attribution.warehouse.backends import (
     WarehouseConfigError,
     WarehouseLocked,
     _drop_lake_writer,
+    close_file,
     no_lake_yet,
     open_file,
     open_lake,
@@ -127,12 +128,16 @@ class Warehouse:
             if self._held is None:
                 self._held = self._open(read_only=False)
             con = self._held.cursor()
-        else:
-            con = self._open(read_only)
+            try:
+                yield con
+            finally:
+                con.close()
+            return
+        con = self._open(read_only)
         try:
             yield con
         finally:
-            con.close()
+            self._close(con, read_only)
 
     @contextmanager
     def session(self) -> Iterator[None]:
@@ -164,11 +169,19 @@ class Warehouse:
         if held is None:
             return
         try:
-            held.close()
+            self._close(held, read_only=False)
         except (duckdb.Error, OSError) as exc:
             if not quietly:
                 raise NotStored(f"{self}: the diagnosis could not be written: {first_line(exc)}") from exc
             log.warning("%s: closing the warehouse: %s", self, first_line(exc))
+
+    def _close(self, con: duckdb.DuckDBPyConnection, read_only: bool) -> None:
+        """A file writer's connection closed as backends.close_file says (its checkpoint only once
+        the file's write-ahead log is large); any other simply closed."""
+        if read_only or self.lake is not None:
+            con.close()
+        else:
+            close_file(con, self.path)
 
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         """A connection to the warehouse; a writer's with the schema migrated to this version."""

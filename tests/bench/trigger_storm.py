@@ -3,6 +3,7 @@
     python -m tests.bench.trigger_storm                    # the matrix of docs/benchmarks.md's table, each setup twice
     python -m tests.bench.trigger_storm --db postgres --workers 2 --runs 1
     python -m tests.bench.trigger_storm --db sqlite --workers 1 -n 100 --copies 3 --idle 10 --csv storm.csv
+    python -m tests.bench.trigger_storm --db postgres --workers 1 --runs 1 --held 1000   # into a fleet's warehouse
 
 For each setup it starts the production shape on this machine: a real `prefect server start` on
 SQLite (its default) or on PostgreSQL (a private instance, tests/services/postgres.py, given to the
@@ -372,6 +373,22 @@ def pct(values: list[float], q: float) -> float:
 DONE = re.compile(r"flow run ([0-9a-f-]{36}) .*done in")
 
 
+def seed_warehouse(path: Path, n: int) -> None:
+    """A DuckDB warehouse holding n diagnoses before the storm, as a fleet's does: the worked
+    example's written once, then copied under new keys in one statement a table
+    (warehouse_growth.grow), so the newest row group of each table already holds them and every
+    checkpoint of the storm's writes merges into it (a file's writes cost more as that group
+    fills: docs/warehouse.md, "A file that grows")."""
+    from tests.bench.warehouse_growth import grow
+    from tests.helpers import diagnose
+    from workload_attribution.rules.pack import default_pack
+    from workload_attribution.warehouse.store import Warehouse
+
+    Warehouse(path).write(diagnose(ROOT / "tests" / "examples" / "xid149-worked", pack=default_pack()))
+    held = grow(path, n, "seed")
+    print(f"  warehouse seeded with {held:,} diagnoses", file=sys.stderr, flush=True)
+
+
 def run_setup(setup: Setup, a: argparse.Namespace, run: int, pg, kube, template: dict, base: Path) -> Result:
     from tests.services.postgres import Postgres
 
@@ -393,6 +410,8 @@ def run_setup(setup: Setup, a: argparse.Namespace, run: int, pg, kube, template:
         env["PGPASSWORD"] = pg.password
     else:
         warehouse = str(base / "warehouse.duckdb")
+        if a.held:
+            seed_warehouse(Path(warehouse), a.held)
     conditions = template["status"]["conditions"]
     files = {s: {"connector": "files", "path": str(OOM / "logs" / s / "{host}.log")} for s in ("app", "syslog")}
     (base / "attribution.yaml").write_text(
@@ -599,6 +618,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=50, help="webhooks in flight at once")
     ap.add_argument("--idle", type=int, default=10, help="attempts sent one at a time before the storm")
     ap.add_argument("--runs", type=int, default=2, help="each setup this many times")
+    ap.add_argument(
+        "--held",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a DuckDB warehouse already holding N diagnoses (as a fleet's does); default a new one",
+    )
     ap.add_argument("--csv", metavar="FILE", help="append one row per setup and run")
     ap.add_argument("--json", metavar="FILE", help="write every result")
     ap.add_argument(

@@ -62,6 +62,56 @@ def test_a_file_is_written_on_one_thread_and_read_on_every_core(tmp_path, diagno
         assert _threads(con) == 1
 
 
+def _logged(wh) -> int:
+    """Bytes in the warehouse file's write-ahead log (0: none)."""
+    wal = wh.path.with_name(wh.path.name + ".wal")
+    return wal.stat().st_size if wal.exists() else 0
+
+
+def _count_in_another_process(path) -> int:
+    """What an analyst's own DuckDB (another process, read-only) finds in the file."""
+    code = (
+        "import duckdb, sys; "
+        "print(duckdb.connect(sys.argv[1], read_only=True).sql('SELECT count(*) FROM diagnoses').fetchone()[0])"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-1500:]
+    return int(done.stdout)
+
+
+def test_a_write_leaves_its_log_until_the_log_grows_and_every_reader_replays_it(tmp_path, diagnosis, monkeypatch):
+    """backends.close_file: a writer's close checkpoints only once the write-ahead log passes
+    WAL_KEPT_BYTES (a checkpoint at every close rewrote each touched table's newest row group);
+    what was committed is read by every open meanwhile, another process's read-only one too; the
+    nightly maintenance's checkpoint leaves no log."""
+    from workload_attribution.warehouse import backends
+
+    wh = Warehouse(tmp_path / "w.duckdb")
+    first = diagnosis.model_copy(update={"attempt": diagnosis.attempt.model_copy(update={"job_id": "wal-1"})})
+    with wh.session():
+        wh.write(first)
+    one = _logged(wh)
+    assert one > 0  # the close left the log
+    assert one < backends.WAL_KEPT_BYTES
+    assert _count_in_another_process(wh.path) == 1
+    with wh.reader() as con:
+        assert con.execute("SELECT list(job_id) FROM diagnoses").fetchone()[0] == ["wal-1"]
+
+    monkeypatch.setattr(backends, "WAL_KEPT_BYTES", one)  # the next write takes the log past it
+    second = diagnosis.model_copy(update={"attempt": diagnosis.attempt.model_copy(update={"job_id": "wal-2"})})
+    wh.write(second)
+    assert _logged(wh) == 0  # that close checkpointed
+    assert _count_in_another_process(wh.path) == 2
+
+    monkeypatch.setattr(backends, "WAL_KEPT_BYTES", 1 << 20)
+    third = diagnosis.model_copy(update={"attempt": diagnosis.attempt.model_copy(update={"job_id": "wal-3"})})
+    wh.write(third)
+    assert _logged(wh) > 0
+    assert wh.maintain()["checkpointed"] is True
+    assert _logged(wh) == 0
+    assert _count_in_another_process(wh.path) == 3
+
+
 def test_a_newer_rules_pack_wins_over_an_older_one_whoever_writes_last(tmp_path, diagnosis):
     """warehouse/precedence.py: the pack's calendar version first, then when the diagnosis was made."""
     from datetime import timedelta
@@ -267,7 +317,8 @@ STARTER = textwrap.dedent("""
 def test_six_workers_starting_on_one_new_warehouse_all_land(tmp_path, diagnosis):
     """Six processes released at once onto a warehouse file that does not exist yet: each write
     lands (the file appears whole: no process finds it empty, none is left waiting for headers
-    nobody writes), and no temporary file is left beside it."""
+    nobody writes), and no temporary file is left beside it (the file's write-ahead log is DuckDB's
+    own, kept until it grows: backends.close_file)."""
     src = tmp_path / "d.json"
     src.write_text(diagnosis.to_json())
     wh, go = tmp_path / "new" / "w.duckdb", tmp_path / "go"
@@ -286,7 +337,7 @@ def test_six_workers_starting_on_one_new_warehouse_all_land(tmp_path, diagnosis)
     con = duckdb.connect(str(wh), read_only=True)
     assert con.execute("SELECT list(job_id ORDER BY job_id) FROM diagnoses").fetchone()[0] == jobs
     con.close()
-    assert sorted(p.name for p in wh.parent.iterdir()) == ["w.duckdb"]
+    assert sorted(p.name for p in wh.parent.iterdir()) in (["w.duckdb"], ["w.duckdb", "w.duckdb.wal"])
 
 
 def test_a_held_lock_makes_the_writer_wait_then_fail_loudly(tmp_path, diagnosis):
