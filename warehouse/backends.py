@@ -147,17 +147,51 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
 
 def close_file(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     """Close a writer's connection to a DuckDB file, checkpointing it (when it is the database's
-    last connection) only if its write-ahead log holds more than WAL_KEPT_BYTES. What a commit wrote
-    is durable either way: the log is synced at each commit, and every open replays it, a reader's
-    too. A copy of the file for a backup takes the log beside it (the file's name + `.wal`), or is
-    made after a checkpoint (the nightly backfill's maintenance makes one)."""
+    last connection) on this process's first close of the file and whenever its write-ahead log
+    holds more than WAL_KEPT_BYTES; between those, the log is left for the next open to replay. A
+    process that writes once (`attribution diagnose`) so leaves the file whole as before, and one
+    that keeps writing (a worker, serve, a backfill) checkpoints every ~20 writes and once more as
+    it exits (_checkpoint_kept_logs). What a commit wrote is durable either way: the log is synced
+    at each commit, and every open replays it, a reader's too. A copy of the file while a worker
+    runs takes the log beside it (the file's name + `.wal`), or is made after a checkpoint (the
+    nightly backfill's maintenance makes one)."""
+    key = str(path.resolve())
     try:
         logged = path.with_name(path.name + ".wal").stat().st_size
     except FileNotFoundError:
         logged = 0
-    if logged > WAL_KEPT_BYTES:
+    if logged > WAL_KEPT_BYTES or key not in _KEPT_LOGS:
         con.execute("PRAGMA enable_checkpoint_on_shutdown")
+        _KEPT_LOGS[key] = False
+    else:
+        _KEPT_LOGS[key] = True
     con.close()
+
+
+# The files this process wrote: True when its last close left the write-ahead log.
+_KEPT_LOGS: dict[str, bool] = {}
+
+
+def _checkpoint_kept_logs() -> None:
+    """At exit, each file whose log this process left is checkpointed, if no other process holds it
+    (one try, no wait: whoever holds it checkpoints in turn)."""
+    for key, kept in list(_KEPT_LOGS.items()):
+        if not kept or not Path(key + ".wal").exists():
+            continue
+        try:
+            con = duckdb.connect(key, config=ONE_THREAD)
+        except duckdb.Error:
+            continue
+        try:
+            con.execute("CHECKPOINT")
+        except duckdb.Error:
+            pass
+        finally:
+            con.close()
+    _KEPT_LOGS.clear()
+
+
+atexit.register(_checkpoint_kept_logs)
 
 
 def _create_whole(path: Path) -> None:

@@ -79,37 +79,74 @@ def _count_in_another_process(path) -> int:
     return int(done.stdout)
 
 
+def _as(diagnosis, job: str):
+    return diagnosis.model_copy(update={"attempt": diagnosis.attempt.model_copy(update={"job_id": job})})
+
+
 def test_a_write_leaves_its_log_until_the_log_grows_and_every_reader_replays_it(tmp_path, diagnosis, monkeypatch):
-    """backends.close_file: a writer's close checkpoints only once the write-ahead log passes
-    WAL_KEPT_BYTES (a checkpoint at every close rewrote each touched table's newest row group);
-    what was committed is read by every open meanwhile, another process's read-only one too; the
-    nightly maintenance's checkpoint leaves no log."""
+    """backends.close_file: a process's first close of a file checkpoints it (a one-shot
+    `diagnose` leaves it whole), later ones only once the write-ahead log passes WAL_KEPT_BYTES (a
+    checkpoint at every close rewrote each touched table's newest row group); what was committed
+    is read by every open meanwhile, another process's read-only one too; the nightly
+    maintenance's checkpoint leaves no log."""
     from workload_attribution.warehouse import backends
 
     wh = Warehouse(tmp_path / "w.duckdb")
-    first = diagnosis.model_copy(update={"attempt": diagnosis.attempt.model_copy(update={"job_id": "wal-1"})})
     with wh.session():
-        wh.write(first)
-    one = _logged(wh)
-    assert one > 0  # the close left the log
-    assert one < backends.WAL_KEPT_BYTES
-    assert _count_in_another_process(wh.path) == 1
-    with wh.reader() as con:
-        assert con.execute("SELECT list(job_id) FROM diagnoses").fetchone()[0] == ["wal-1"]
-
-    monkeypatch.setattr(backends, "WAL_KEPT_BYTES", one)  # the next write takes the log past it
-    second = diagnosis.model_copy(update={"attempt": diagnosis.attempt.model_copy(update={"job_id": "wal-2"})})
-    wh.write(second)
-    assert _logged(wh) == 0  # that close checkpointed
+        wh.write(_as(diagnosis, "wal-1"))
+    assert _logged(wh) == 0  # this process's first close checkpointed
+    wh.write(_as(diagnosis, "wal-2"))
+    kept = _logged(wh)
+    assert kept > 0  # the next close left the log
+    assert kept < backends.WAL_KEPT_BYTES
     assert _count_in_another_process(wh.path) == 2
+    with wh.reader() as con:
+        assert con.execute("SELECT list(job_id ORDER BY job_id) FROM diagnoses").fetchone()[0] == ["wal-1", "wal-2"]
+
+    monkeypatch.setattr(backends, "WAL_KEPT_BYTES", kept)  # the next write takes the log past it
+    wh.write(_as(diagnosis, "wal-3"))
+    assert _logged(wh) == 0  # that close checkpointed
+    assert _count_in_another_process(wh.path) == 3
 
     monkeypatch.setattr(backends, "WAL_KEPT_BYTES", 1 << 20)
-    third = diagnosis.model_copy(update={"attempt": diagnosis.attempt.model_copy(update={"job_id": "wal-3"})})
-    wh.write(third)
+    wh.write(_as(diagnosis, "wal-4"))
     assert _logged(wh) > 0
     assert wh.maintain()["checkpointed"] is True
     assert _logged(wh) == 0
-    assert _count_in_another_process(wh.path) == 3
+    assert _count_in_another_process(wh.path) == 4
+
+
+WRITES_THREE = """
+import os, sys
+sys.path.insert(0, {root!r})
+from pathlib import Path
+from workload_attribution.contracts.models import Diagnosis
+from workload_attribution.warehouse.store import Warehouse
+d = Diagnosis.model_validate_json(Path({src!r}).read_text())
+wh = Warehouse({wh!r})
+for job in ("one", "two", "three"):
+    wh.write(d.model_copy(update={{"attempt": d.attempt.model_copy(update={{"job_id": job}})}}))
+print("log", wh.path.with_name(wh.path.name + ".wal").stat().st_size, flush=True)
+if sys.argv[1] == "killed":
+    os._exit(0)  # no exit handlers: as a worker killed between writes
+"""
+
+
+@pytest.mark.parametrize("ending", ["exits", "killed"])
+def test_a_writer_that_exits_leaves_the_file_whole_and_a_killed_one_loses_nothing(tmp_path, diagnosis, ending):
+    """A process that kept the log checkpoints it as it exits (a copy of the file alone then has
+    every diagnosis); one killed first leaves the log, which the next open replays."""
+    src, path = tmp_path / "d.json", tmp_path / "w.duckdb"
+    src.write_text(diagnosis.to_json())
+    script = tmp_path / "writer.py"
+    script.write_text(WRITES_THREE.format(root=str(ROOT), src=str(src), wh=str(path)))
+    done = subprocess.run([sys.executable, str(script), ending], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-1500:]
+    logged = next(line for line in done.stdout.splitlines() if line.startswith("log "))
+    assert int(logged.split()[1]) > 0  # it kept the log while it ran
+    wal = path.with_name(path.name + ".wal")
+    assert wal.exists() == (ending == "killed")
+    assert _count_in_another_process(path) == 3
 
 
 def test_a_newer_rules_pack_wins_over_an_older_one_whoever_writes_last(tmp_path, diagnosis):
