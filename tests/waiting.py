@@ -121,8 +121,11 @@ class LineReader:
         self._thread.start()
 
     def _pump(self, stream: IO[str]) -> None:
-        for line in stream:
-            self._queue.put(line.rstrip("\n"))
+        try:
+            for line in stream:
+                self._queue.put(line.rstrip("\n"))
+        except (ValueError, OSError):  # closed by its owner (Popen.communicate took the pipe over)
+            pass
         self._queue.put(None)
 
     def wait_for(self, text: str, timeout: float = DEFAULT_TIMEOUT_S) -> str:
