@@ -160,23 +160,21 @@ def close_file(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         logged = path.with_name(path.name + ".wal").stat().st_size
     except FileNotFoundError:
         logged = 0
-    if logged > WAL_KEPT_BYTES or key not in _KEPT_LOGS:
+    if logged > WAL_KEPT_BYTES or key not in _WRITTEN:
         con.execute("PRAGMA enable_checkpoint_on_shutdown")
-        _KEPT_LOGS[key] = False
-    else:
-        _KEPT_LOGS[key] = True
+    _WRITTEN.add(key)
     con.close()
 
 
-# The files this process wrote: True when its last close left the write-ahead log.
-_KEPT_LOGS: dict[str, bool] = {}
+# The DuckDB files this process wrote (resolved paths): at exit, those with a log are checkpointed.
+_WRITTEN: set[str] = set()
 
 
 def _checkpoint_kept_logs() -> None:
     """At exit, each file whose log this process left is checkpointed, if no other process holds it
     (one try, no wait: whoever holds it checkpoints in turn)."""
-    for key, kept in list(_KEPT_LOGS.items()):
-        if not kept or not Path(key + ".wal").exists():
+    for key in sorted(_WRITTEN):
+        if not Path(key + ".wal").exists():
             continue
         try:
             con = duckdb.connect(key, config=ONE_THREAD)
@@ -188,7 +186,7 @@ def _checkpoint_kept_logs() -> None:
             pass
         finally:
             con.close()
-    _KEPT_LOGS.clear()
+    _WRITTEN.clear()
 
 
 atexit.register(_checkpoint_kept_logs)

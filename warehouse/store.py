@@ -176,8 +176,9 @@ class Warehouse:
             log.warning("%s: closing the warehouse: %s", self, first_line(exc))
 
     def _close(self, con: duckdb.DuckDBPyConnection, read_only: bool) -> None:
-        """A file writer's connection closed as backends.close_file says (its checkpoint only once
-        the file's write-ahead log is large); any other simply closed."""
+        """A file writer's connection closed as backends.close_file says (a checkpoint at this
+        process's first close of the file, then only once its write-ahead log is large); any other
+        simply closed."""
         if read_only or self.lake is not None:
             con.close()
         else:
