@@ -92,8 +92,11 @@ def _build(path: Path, macros: str) -> bool:
         con = duckdb.connect(str(tmp))
         try:
             con.execute(macros)
+            # every macro in the file, no write-ahead log beside it; said here, since a checkpoint
+            # that fails at close is silent (a full disk left a file without macros in place)
+            con.execute("CHECKPOINT")
         finally:
-            con.close()  # a checkpoint: every macro in the file, no write-ahead log beside it
+            con.close()
         os.replace(tmp, path)
     except (OSError, duckdb.Error):
         for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
