@@ -62,6 +62,16 @@ CREATE OR REPLACE VIEW observation_places AS
     UNION ALL
     SELECT obs_id, source, node, time, NULL, time, time FROM records;
 
+-- What a diagnosis cites of each observation (rules/report.py: an event's evidence line), the
+-- time quality of a log line with it: one join, where `observations` and a subquery of log_lines
+-- for the quality, unoptimised, cost twice as much.
+CREATE OR REPLACE VIEW observation_evidence AS
+    SELECT obs_id, 'line' AS kind, text, path, lineno, NULL AS series, connector, time_quality FROM log_lines
+    UNION ALL
+    SELECT obs_id, 'sample', coalesce(raw, series || ' ' || value), path, lineno, series, connector, NULL FROM samples
+    UNION ALL
+    SELECT obs_id, kind, text, path, lineno, NULL, connector, NULL FROM records;
+
 -- When did the attempt start failing, and how far back may its root lie?
 -- failure_time: the first failure signal (a cascade symptom: collective timeout, NCCL error ...; or a
 -- symptom defined with failure_signal: true, e.g. torchrun seeing a worker die), or the attempt's end.

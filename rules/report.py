@@ -142,9 +142,8 @@ def _events_with_a_role(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return rows(
         con,
         """
-        SELECT e.*, o.kind, o.text, o.path, o.lineno, o.series, o.connector,
-               (SELECT time_quality FROM log_lines l WHERE l.obs_id = e.obs_id) AS time_quality
-        FROM events e LEFT JOIN observations o USING (obs_id)
+        SELECT e.*, o.kind, o.text, o.path, o.lineno, o.series, o.connector, o.time_quality
+        FROM events e LEFT JOIN observation_evidence o USING (obs_id)
         WHERE e.role IS NOT NULL
         ORDER BY e.time NULLS LAST, e.event_id
     """,
