@@ -128,6 +128,7 @@ class Warehouse:
             if self._held is None:
                 self._held = self._open(read_only=False)
             con = self._held.cursor()
+            con.execute(f"USE {scalar(self._held, 'SELECT current_database()')}")  # a cursor starts in the host's own
             try:
                 yield con
             finally:
@@ -176,13 +177,13 @@ class Warehouse:
             log.warning("%s: closing the warehouse: %s", self, first_line(exc))
 
     def _close(self, con: duckdb.DuckDBPyConnection, read_only: bool) -> None:
-        """A file writer's connection closed as backends.close_file says (a checkpoint at this
-        process's first close of the file, then only once its write-ahead log is large); any other
-        simply closed."""
-        if read_only or self.lake is not None:
+        """A file's connection closed as backends.close_file says (a writer's last detaches the
+        file, checkpointing it at this process's first close of it, then only once its write-ahead
+        log is large); a lake's simply closed."""
+        if self.lake is not None:
             con.close()
         else:
-            close_file(con, self.path)
+            close_file(con, self.path, read_only)
 
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         """A connection to the warehouse; a writer's with the schema migrated to this version."""
@@ -191,7 +192,7 @@ class Warehouse:
             try:
                 retry(lambda: migrate(con, lake=self.lake is not None, name=str(self)))
             except BaseException:
-                con.close()
+                self._close(con, read_only=False)
                 raise
         return con
 

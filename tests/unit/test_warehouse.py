@@ -149,6 +149,45 @@ def test_a_writer_that_exits_leaves_the_file_whole_and_a_killed_one_loses_nothin
     assert _count_in_another_process(path) == 3
 
 
+def _opens_in_another_process(path) -> bool:
+    """Whether another process can open the file (read-only) now: not while this one writes it."""
+    code = "import duckdb, sys; duckdb.connect(sys.argv[1], read_only=True).close()"
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 or "lock" in done.stderr.lower(), done.stderr[-1500:]
+    return done.returncode == 0
+
+
+def test_writers_of_a_process_share_the_file_and_give_it_back_and_its_readers_wait_their_turn(tmp_path, diagnosis):
+    """backends._Host: a writer has the file attached to the process's kept DuckDB; writers on
+    other threads share it meanwhile, another process cannot open it, a reader of this process
+    waits (two DuckDB instances of one file in a process would share, and drop, its one lock) and
+    the writing thread's own reader is refused at once; the last writer's close gives it back."""
+    import threading
+
+    wh = Warehouse(tmp_path / "w.duckdb", lock_wait_s=60)
+    wh.write(_as(diagnosis, "before"))
+    assert _opens_in_another_process(wh.path)
+    counted: list[int] = []
+    with wh.connect() as held:
+        other = threading.Thread(target=lambda: wh.write(_as(diagnosis, "beside")))
+        other.start()
+        other.join(timeout=120)
+        assert not other.is_alive()  # another thread's writer shared the attachment
+        started = time.monotonic()
+        with pytest.raises(duckdb.ConnectionException, match="holds the file open"):
+            with wh.reader():
+                pass
+        assert time.monotonic() - started < 5  # refused, not waited for
+        reader = threading.Thread(target=lambda: counted.append(wh.rows("SELECT count(*) FROM diagnoses")[0][0]))
+        reader.start()
+        assert not _opens_in_another_process(wh.path)
+        held.execute("INSERT INTO diagnoses SELECT * REPLACE ('held' AS job_id) FROM diagnoses WHERE job_id = 'before'")
+        assert reader.is_alive() and not counted  # waiting for the writer
+    reader.join(timeout=120)
+    assert counted == [3]  # read once the writer was done, what it wrote included
+    assert _opens_in_another_process(wh.path)
+
+
 def test_a_newer_rules_pack_wins_over_an_older_one_whoever_writes_last(tmp_path, diagnosis):
     """warehouse/precedence.py: the pack's calendar version first, then when the diagnosis was made."""
     from datetime import timedelta
@@ -398,19 +437,22 @@ def test_a_warehouse_another_writer_is_creating_is_waited_for(tmp_path, diagnosi
     Warehouse(made).write(diagnosis)
     wh = tmp_path / "w.duckdb"
     wh.touch()  # the creator has opened it and written nothing yet
-    tries = []
-    real_connect = duckdb.connect
+    from workload_attribution.warehouse import backends
 
-    def counting(*args, **kwargs):
-        tries.append(args[0])
-        return real_connect(*args, **kwargs)
+    tries = []
+    real_execute = backends._HOST._execute
+
+    def counting(sql):
+        if sql.startswith("ATTACH"):
+            tries.append(sql)
+        return real_execute(sql)
 
     def creator_finishes():
         wait_until(lambda: len(tries) >= 2, "the writer to find the headerless file twice", timeout=30)
         made.replace(wh)
 
     finisher = threading.Thread(target=creator_finishes)
-    with mock.patch.object(duckdb, "connect", counting):
+    with mock.patch.object(backends._HOST, "_execute", counting):
         finisher.start()
         written = Warehouse(wh, lock_wait_s=60).write(diagnosis)
         finisher.join()
@@ -437,17 +479,21 @@ def test_a_warehouse_finished_while_it_was_being_read_is_read_again(tmp_path, di
     Warehouse(made).write(diagnosis)
     wh = tmp_path / "w.duckdb"
     wh.touch()
-    real_connect = duckdb.connect
+    from workload_attribution.warehouse import backends
+
+    real_execute = backends._HOST._execute
     tries = []
 
-    def finished_mid_read(*args, **kwargs):
-        tries.append(args[0])
+    def finished_mid_read(sql):
+        if not sql.startswith("ATTACH"):
+            return real_execute(sql)
+        tries.append(sql)
         if len(tries) == 1:  # read the empty file; the finished one lands before the error is looked at
             made.replace(wh)
             raise duckdb.IOException(f'IO Error: The file "{wh}" exists, but it is not a valid DuckDB database file!')
-        return real_connect(*args, **kwargs)
+        return real_execute(sql)
 
-    with mock.patch.object(duckdb, "connect", finished_mid_read):
+    with mock.patch.object(backends._HOST, "_execute", finished_mid_read):
         assert Warehouse(wh, lock_wait_s=5).write(diagnosis)
     assert len(tries) == 2
     assert Warehouse(wh).query("SELECT count(*) FROM diagnoses")[1] == [(1,)]
