@@ -166,7 +166,7 @@ def close_file(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool = Fal
     than WAL_KEPT_BYTES; between those, the log is left for the next open to replay. A process that
     writes once (`attribution diagnose`) so leaves the file whole as before, and one that keeps
     writing (a worker, serve, a backfill) checkpoints every ~20 writes and once more as it exits
-    (_checkpoint_kept_logs). What a commit wrote is durable either way: the log is synced at each
+    (_Host.checkpoint_left). What a commit wrote is durable either way: the log is synced at each
     commit, and every open replays it, a reader's too. A copy of the file while a worker runs takes
     the log beside it (the file's name + `.wal`), or is made after a checkpoint (the nightly
     backfill's maintenance makes one)."""
@@ -240,8 +240,7 @@ class _Host:
                 return self._cursor(entry)
             entry = self._attached[key] = _Attached(f"warehouse_{hashlib.sha256(key.encode()).hexdigest()[:16]}", [me])
         try:
-            literal = str(path).replace("'", "''")
-            _opening(path, lock_wait_s, deadline, lambda: self._execute(f"ATTACH '{literal}' AS {entry.alias}"))
+            _opening(path, lock_wait_s, deadline, lambda: self._attach(str(path), entry.alias))
         except BaseException:
             with self._state:
                 del self._attached[key]
@@ -251,6 +250,10 @@ class _Host:
             entry.ready = True
             self._state.notify_all()
         return self._cursor(entry)
+
+    def _attach(self, path: str, alias: str) -> None:
+        literal = path.replace("'", "''")
+        self._execute(f"ATTACH '{literal}' AS {alias}")
 
     def _cursor(self, entry: _Attached) -> duckdb.DuckDBPyConnection:
         with self._statement:
@@ -308,15 +311,12 @@ class _Host:
                 if key in self._attached or key in self._readers or not Path(key + ".wal").exists():
                     continue
                 alias = "warehouse_at_exit"
-                literal = key.replace("'", "''")
                 try:
-                    self._execute(f"ATTACH '{literal}' AS {alias}")
+                    self._attach(key, alias)
                 except duckdb.Error:
                     continue
                 try:
-                    self._execute(f"CHECKPOINT {alias}")
-                except duckdb.Error:
-                    pass
+                    self._checkpoint(alias)
                 finally:
                     self._execute(f"DETACH {alias}")
             _WRITTEN.clear()
@@ -331,13 +331,7 @@ def _forget(threads: list[int]) -> None:
 # The DuckDB files this process wrote (resolved paths): at exit, those with a log are checkpointed.
 _WRITTEN: set[str] = set()
 _HOST = _Host()
-
-
-def _checkpoint_kept_logs() -> None:
-    _HOST.checkpoint_left()
-
-
-atexit.register(_checkpoint_kept_logs)
+atexit.register(_HOST.checkpoint_left)
 
 
 def _create_whole(path: Path) -> None:
