@@ -162,9 +162,17 @@ class PrefectRunner:
         return _logged("normalize", steps.normalize_collected, scoped, results, said=_coverage_said)
 
     def attribute(
-        self, scoped: ScopedAttempt, coverage: list[Coverage], pack: Pack, settings: Settings, notes: list[str]
+        self,
+        scoped: ScopedAttempt,
+        coverage: list[Coverage],
+        pack: Pack,
+        settings: Settings,
+        notes: list[str],
+        archived: bool,
     ) -> Diagnosis:
-        return _logged("attribute", steps.attribute, scoped, coverage, pack, settings, notes, said=_verdict_said)
+        return _logged(
+            "attribute", steps.attribute, scoped, coverage, pack, settings, notes, archived, said=_verdict_said
+        )
 
     def publish(
         self, diagnosis: Diagnosis, warehouse: str | None, scoped: ScopedAttempt, keeping: Keeping | None

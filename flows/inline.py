@@ -50,9 +50,15 @@ class InlineRunner:
         return steps.normalize_collected(scoped, results)
 
     def attribute(
-        self, scoped: ScopedAttempt, coverage: list[Coverage], pack: Pack, settings: Settings, notes: list[str]
+        self,
+        scoped: ScopedAttempt,
+        coverage: list[Coverage],
+        pack: Pack,
+        settings: Settings,
+        notes: list[str],
+        archived: bool,
     ) -> Diagnosis:
-        return steps.attribute(scoped, coverage, pack, settings, notes)
+        return steps.attribute(scoped, coverage, pack, settings, notes, archived)
 
     def publish(
         self, diagnosis: Diagnosis, warehouse: str | None, scoped: ScopedAttempt, keeping: Keeping | None

@@ -42,7 +42,13 @@ class Runner(Protocol):
     def collect(self, scoped: steps.ScopedAttempt, source: str, pack: Pack) -> Future: ...
     def normalize(self, scoped: steps.ScopedAttempt, results: list[Collected]) -> list[Coverage]: ...
     def attribute(
-        self, scoped: steps.ScopedAttempt, coverage: list[Coverage], pack: Pack, settings: Settings, notes: list[str]
+        self,
+        scoped: steps.ScopedAttempt,
+        coverage: list[Coverage],
+        pack: Pack,
+        settings: Settings,
+        notes: list[str],
+        archived: bool,
     ) -> Diagnosis: ...
     def publish(
         self, diagnosis: Diagnosis, warehouse: str | None, scoped: steps.ScopedAttempt, keeping: Keeping | None
@@ -61,6 +67,12 @@ class Options:
     acting: dict[str, Any] = field(default_factory=dict)  # cluster name -> its configuration, for those with actions
     keeping: Keeping | None = None  # the archive and the fleet memory, beside the warehouse
     retry_missing: bool = False  # collect only what the stored diagnosis says would settle it
+
+    @property
+    def archives(self) -> bool:
+        """Whether the attempt is archived as its diagnosis is published (tasks/keeping.py keep): only
+        then does anything read the rules' state kept at each point of their run."""
+        return bool(self.warehouse and self.keeping and self.keeping.archive and self.keeping.pack is not None)
 
 
 def _settings() -> Settings:
@@ -134,7 +146,7 @@ def attribute_story(run: Runner, target: Target, options: Options) -> Diagnosis:
                 results.append(steps.failed_collect(scoped, source, exc))
         coverage = run.normalize(scoped, results)
         notes = [n for r in results for n in r.notes]
-        diagnosis = run.attribute(scoped, coverage, options.pack, options.settings, notes)
+        diagnosis = run.attribute(scoped, coverage, options.pack, options.settings, notes, options.archives)
         try:
             published = run.publish(diagnosis, options.warehouse, scoped, options.keeping)
         except NotStored as exc:

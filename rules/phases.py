@@ -28,9 +28,10 @@ def engine_sql() -> str:
     return ENGINE_SQL.read_text()
 
 
-def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> None:
+def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings, observations: int | None = None) -> None:
     """The engine's tables and views, the settings, the pack's data and symptom definitions; the
-    first time on a database, also its sandbox."""
+    first time on a database, also its sandbox. `observations`: how many the attempt holds, when
+    the caller has counted them (else counted here, for the threads the rules run on)."""
     con.execute(engine_sql())
     _write_settings(con, settings)
     locked = con.execute("SELECT current_setting('lock_configuration')").fetchone()
@@ -38,7 +39,7 @@ def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings) -> N
         load_pack_data(con, Path(pack.path) / "data" if pack.path else DATA_DIR)
         load_catalog_table(con, pack)  # catalogs: the message catalogs' rows
         load_concepts_table(con, pack)  # concepts: the failure meanings' vocabularies
-        _choose_threads(con)
+        _choose_threads(con, observed(con) if observations is None else observations)
         lock_down(con)
     _write_symptom_defs(con, pack)
 
@@ -56,12 +57,12 @@ def _write_settings(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
     )
 
 
-def _choose_threads(con: duckdb.DuckDBPyConnection) -> None:
+def _choose_threads(con: duckdb.DuckDBPyConnection, observations: int) -> None:
     # An attempt whose observations fit in one row group (DuckDB's unit of parallel work) runs
     # its rules on one thread: a second has nothing to share and only adds the hand-over of
     # every pipeline (~15% of a tiny attempt's diagnosis), and what SQL leaves unordered (a
     # list(DISTINCT ...)) comes out the same at every run. A bigger attempt gets every core.
-    choose_threads(con, observed(con))
+    choose_threads(con, observations)
 
 
 _SYMPTOM_SHAPE = json.dumps(

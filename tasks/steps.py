@@ -298,17 +298,22 @@ def attribute(
     pack: Pack,
     settings: Settings | None = None,
     notes: list[str] | None = None,
+    archived: bool = True,
 ) -> Diagnosis:
-    """Run the rule phases and build the diagnosis."""
+    """Run the rule phases and build the diagnosis; `archived`: the attempt will be archived, so the
+    rules' state at each point of their run is kept for it (tasks/archiving.py), else not made."""
     settings = settings or Settings()
-    with connected(scoped.staging) as con, plainly(con, observed(con)):
-        prepare(con, pack, settings)
-        skewed = check_clocks(con, settings.skew_tolerance_s)  # a host's clock off: named, corrected when firm
-        if skewed:
-            _note_clocks(con, coverage, skewed)
-        record_coverage(con, coverage)
-        result = run_phases(con, pack, settings, prepared=True, checkpoint=keep_checkpoint)
-        d = report.build(con, scoped.scope, coverage, result, pack.version, scoped.notes + (notes or []))
+    with connected(scoped.staging) as con:
+        observations = observed(con)  # counted once: for the optimizer and the rules' threads
+        with plainly(con, observations):
+            prepare(con, pack, settings, observations)
+            skewed = check_clocks(con, settings.skew_tolerance_s)  # a host's clock off: named, corrected when firm
+            if skewed:
+                _note_clocks(con, coverage, skewed)
+            record_coverage(con, coverage)
+            checkpoint = keep_checkpoint if archived else None
+            result = run_phases(con, pack, settings, prepared=True, checkpoint=checkpoint)
+            d = report.build(con, scoped.scope, coverage, result, pack.version, scoped.notes + (notes or []))
     return _distrust_ordering(d, skewed) if skewed else d
 
 

@@ -183,3 +183,28 @@ def test_a_packs_prefix_digests_are_computed_once_and_are_its_own():
     other = pack.model_copy(update={"rules": pack.rules[1:]})  # same path and version, a rule fewer
     assert archiving._prefix(other, "roles", given) == prefix_digest(other, "roles", given) != first["roles"]
     assert archiving._prefix(pack, "roles", {**given, "x": 1}) != first["roles"]
+
+
+@pytest.mark.parametrize("archived", [True, False])
+def test_the_rules_state_is_kept_at_each_point_only_for_an_attempt_to_archive(archived):
+    """The state at each point of the rules' run is what an archive's checkpoints hold: made while the
+    rules run when the attempt will be archived, and not at all when nothing will read it."""
+    from workload_attribution.contracts.identity import Target
+    from workload_attribution.staging.database import connected
+    from workload_attribution.tasks import steps
+    from workload_attribution.tasks.archiving import KEPT, SCHEMA
+
+    pack = default_pack()
+    scoped = steps.scope_attempt(Target(bundle=str(WORKED)))
+    try:
+        results = [steps.collect_source(scoped, source, pack) for source in scoped.sources]
+        coverage = steps.normalize_collected(scoped, results)
+        d = steps.attribute(scoped, coverage, pack, archived=archived)
+        with connected(scoped.staging) as con:
+            found = con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = ?", [SCHEMA]).fetchall()
+        kept = {r[0] for r in found}
+    finally:
+        steps.drop_staging(scoped)
+    assert d.root_cause is not None and d.root_cause.node == "gb-r12-n04"  # the worked example's root either way
+    expected = {f"{table}_{point}" for point, tables in KEPT.items() for table in tables}
+    assert kept == (expected if archived else set())
