@@ -15,11 +15,9 @@ TABLES = ("source_files", "samples", "records")
 def spell_as_allocated(con: duckdb.DuckDBPyConnection, allocation: list[str]) -> dict[str, str]:
     """Rename the staged nodes that are an allocated host spelt otherwise; returns {as staged:
     as allocated} for those."""
-    seen = {
-        r[0]
-        for table in TABLES
-        for r in con.execute(f"SELECT DISTINCT node FROM {table} WHERE node IS NOT NULL").fetchall()
-    }
+    # one statement for the three tables (UNION: each name once), where one each cost three plans
+    names = " UNION ".join(f"SELECT node FROM {table} WHERE node IS NOT NULL" for table in TABLES)
+    seen = {r[0] for r in con.execute(names).fetchall()}
     allocated = set(allocation)
     renamed = {}
     for name in seen - allocated:
