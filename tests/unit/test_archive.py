@@ -208,3 +208,23 @@ def test_the_rules_state_is_kept_at_each_point_only_for_an_attempt_to_archive(ar
     assert d.root_cause is not None and d.root_cause.node == "gb-r12-n04"  # the worked example's root either way
     expected = {f"{table}_{point}" for point, tables in KEPT.items() for table in tables}
     assert kept == (expected if archived else set())
+
+
+def test_the_story_keeps_the_rules_state_only_where_the_attempt_is_archived(tmp_path, monkeypatch):
+    """The story tells the rules' run whether its attempt will be archived: with a warehouse and its
+    archive, yes; without a warehouse, or with the archive off, no."""
+    from tests.helpers import diagnose
+    from workload_attribution.tasks import steps
+
+    told = []
+    attribute = steps.attribute
+
+    def spy(*args, **kwargs):
+        told.append(args[5] if len(args) > 5 else kwargs.get("archived", True))
+        return attribute(*args, **kwargs)
+
+    monkeypatch.setattr(steps, "attribute", spy)
+    diagnose(WORKED, warehouse=tmp_path / "w.duckdb", archive=True)
+    diagnose(WORKED, warehouse=tmp_path / "w.duckdb", archive=False)
+    diagnose(WORKED)
+    assert told == [True, False, False]
