@@ -18,11 +18,13 @@ A process keeps its connection to each lake it writes between writes (see write_
 from __future__ import annotations
 
 import atexit
+import glob
 import hashlib
 import importlib
 import logging
 import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -55,6 +57,16 @@ LAKE_INLINE_ROWS = 10_000
 # warehouse file that grows"). DuckDB's own checkpoint at 16 MiB of log (checkpoint_threshold)
 # stays the bound when one write is larger.
 WAL_KEPT_BYTES = 1 << 20
+# Turns between processes. DuckDB's file lock has no queue: a process that gives the file up and
+# takes it again at once (a loop of writes, a backfill, maintenance) has it back before a process
+# retrying with backoff ever finds it free, and kept one out past its lock wait (tested). So a
+# process that waits for the file says so in a file beside it (<file>.waiting.<host>.<pid>, touched
+# at each try, removed when it stops waiting; one untouched for WAITING_FRESH_S is a dead process's),
+# tries at least every WAITING_RETRY_S, and a process taking the file again within TURN_S of giving
+# it up first leaves it free while another says it waits, for what is left of TURN_S.
+TURN_S = 0.5
+WAITING_RETRY_S = 0.25
+WAITING_FRESH_S = 5.0
 
 
 class WarehouseLocked(NotStored):
@@ -131,6 +143,7 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
         return _HOST.writer(path, key, deadline, lock_wait_s)
     _HOST.enter_reader(key, deadline, lock_wait_s)
     try:
+        _HOST.give_turn(path, key)
         return _opening(
             path, lock_wait_s, deadline, lambda: duckdb.connect(str(path), read_only=True, config=ONE_THREAD)
         )
@@ -140,24 +153,65 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
 
 
 def _opening(path: Path, lock_wait_s: float, deadline: float, open_: Callable[[], T]) -> T:
-    """open_() retried with backoff while another process holds the file or is creating it."""
-    delay = 0.05
-    while True:
-        before = _identity(path)
+    """open_() retried with backoff while another process holds the file or is creating it, this
+    process saying that it waits (TURN_S) and trying often enough to find the turn it is left."""
+    delay = 0.02
+    waiting: Path | None = None
+    try:
+        while True:
+            before = _identity(path)
+            try:
+                return open_()
+            except duckdb.IOException as exc:
+                being_created = _identity(path) != before or _being_created(path, exc)
+                if "not a valid DuckDB database" in str(exc) and not being_created:  # names something else: say which
+                    raise WarehouseConfigError(
+                        f"{path}: not a DuckDB database file (the warehouse must be one)"
+                    ) from None
+                if "lock" not in str(exc).lower() and not being_created:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise WarehouseLocked(
+                        f"{path}: still locked by another process (or being created by one) after {lock_wait_s:.0f}s"
+                    ) from None
+            waiting = _say_waiting(path)
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, WAITING_RETRY_S / 2)
+    finally:
+        if waiting is not None:
+            waiting.unlink(missing_ok=True)
+
+
+def _waiting_file(path: Path) -> Path:
+    return path.with_name(f"{path.name}.waiting.{socket.gethostname()}.{os.getpid()}")
+
+
+def _say_waiting(path: Path) -> Path | None:
+    """This process's waiting file, made or touched; None where the folder takes none (then it only
+    retries, as before)."""
+    mine = _waiting_file(path)
+    try:
+        mine.touch()
+    except OSError:
+        return None
+    return mine
+
+
+def _others_waiting(path: Path) -> bool:
+    """Whether another process says it waits for the file (a waiting file touched lately)."""
+    mine, now = _waiting_file(path).name, time.time()
+    try:
+        found = list(path.parent.glob(f"{glob.escape(path.name)}.waiting.*"))
+    except OSError:
+        return False
+    for other in found:
         try:
-            return open_()
-        except duckdb.IOException as exc:
-            being_created = _identity(path) != before or _being_created(path, exc)
-            if "not a valid DuckDB database" in str(exc) and not being_created:  # names something else: say which
-                raise WarehouseConfigError(f"{path}: not a DuckDB database file (the warehouse must be one)") from None
-            if "lock" not in str(exc).lower() and not being_created:
-                raise
-            if time.monotonic() >= deadline:
-                raise WarehouseLocked(
-                    f"{path}: still locked by another process (or being created by one) after {lock_wait_s:.0f}s"
-                ) from None
-        time.sleep(delay * (1 + random.random()))
-        delay = min(delay * 2, 1.0)
+            fresh = now - other.stat().st_mtime < WAITING_FRESH_S
+        except OSError:  # gone meanwhile: it has its turn
+            continue
+        if other.name != mine and fresh:
+            return True
+    return False
 
 
 def close_file(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool = False) -> None:
@@ -204,6 +258,15 @@ class _Host:
         self._statement = threading.Lock()  # one statement at a time on the host's own connection
         self._attached: dict[str, _Attached] = {}
         self._readers: dict[str, list[int]] = {}
+        self._released: dict[str, float] = {}  # file -> when this process last gave it up (TURN_S)
+
+    def give_turn(self, path: Path, key: str) -> None:
+        """Before taking the file again within TURN_S of giving it up: left free while another
+        process says it waits, for what is left of TURN_S (one directory listing when none does)."""
+        with self._state:
+            until = self._released.get(key, 0.0) + TURN_S
+        while time.monotonic() < until and _others_waiting(path):
+            time.sleep(0.01)
 
     def _execute(self, sql: str) -> None:
         with self._statement:
@@ -240,6 +303,7 @@ class _Host:
                 return self._cursor(entry)
             entry = self._attached[key] = _Attached(f"warehouse_{hashlib.sha256(key.encode()).hexdigest()[:16]}", [me])
         try:
+            self.give_turn(path, key)
             _opening(path, lock_wait_s, deadline, lambda: self._attach(str(path), entry.alias))
         except BaseException:
             with self._state:
@@ -280,6 +344,7 @@ class _Host:
                 del self._attached[key]
                 self._state.notify_all()  # the waiters go on once this block (the DETACH) is done
                 self._execute(f"DETACH {entry.alias}")
+                self._released[key] = time.monotonic()
 
     def _checkpoint(self, alias: str) -> None:
         """A failed checkpoint (a full disk) leaves the log, which holds every commit, for the next
@@ -301,6 +366,7 @@ class _Host:
             _forget(self._readers[key])
             if not self._readers[key]:
                 del self._readers[key]
+                self._released[key] = time.monotonic()
             self._state.notify_all()
 
     def checkpoint_left(self) -> None:

@@ -149,6 +149,57 @@ def test_a_writer_that_exits_leaves_the_file_whole_and_a_killed_one_loses_nothin
     assert _count_in_another_process(path) == 3
 
 
+KEEPS_TAKING_IT = """
+import sys, time
+sys.path.insert(0, {root!r})
+from pathlib import Path
+from workload_attribution.warehouse.store import Warehouse
+wh, stop = Warehouse({wh!r}), Path({stop!r})
+wh.maintain()
+print("ready", flush=True)
+deadline = time.monotonic() + 120
+while not stop.exists() and time.monotonic() < deadline:
+    wh.maintain()  # the file taken back as soon as it is given up, again and again
+"""
+
+WRITES_ONCE = """
+import sys, time
+sys.path.insert(0, {root!r})
+from pathlib import Path
+from workload_attribution.contracts.models import Diagnosis
+from workload_attribution.warehouse.store import Warehouse
+d = Diagnosis.model_validate_json(Path({src!r}).read_text())
+started = time.monotonic()
+waited = d.model_copy(update={{"attempt": d.attempt.model_copy(update={{"job_id": "waited"}})}})
+Warehouse({wh!r}, lock_wait_s=20).write(waited)
+print("wrote in", round(time.monotonic() - started, 2), flush=True)
+"""
+
+
+def test_a_process_that_keeps_taking_the_file_gives_a_waiting_writer_its_turn(tmp_path, diagnosis):
+    """DuckDB's file lock has no queue: a process that takes the file again as soon as it gives it up
+    (a loop of writes or of maintenance) would keep a writer that retries with backoff out past its
+    lock wait. Here the writer gets its turn while the other is still looping."""
+    src, path, stop = tmp_path / "d.json", tmp_path / "w.duckdb", tmp_path / "stop"
+    src.write_text(diagnosis.to_json())
+    Warehouse(path).write(diagnosis)
+    looping = tmp_path / "looping.py"
+    looping.write_text(KEEPS_TAKING_IT.format(root=str(ROOT), wh=str(path), stop=str(stop)))
+    writer = tmp_path / "writer.py"
+    writer.write_text(WRITES_ONCE.format(root=str(ROOT), src=str(src), wh=str(path)))
+    loop = subprocess.Popen([sys.executable, str(looping)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_line(loop, "ready", 120)
+        done = subprocess.run([sys.executable, str(writer)], capture_output=True, text=True, timeout=300)
+        still_looping = loop.poll() is None
+    finally:
+        stop.touch()
+        loop.wait(120)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert still_looping and loop.returncode == 0, loop.stderr.read()[-1500:]
+    assert _count_in_another_process(path) == 2
+
+
 def _opens_in_another_process(path) -> bool:
     """Whether another process can open the file (read-only) now: not while this one writes it."""
     code = "import duckdb, sys; duckdb.connect(sys.argv[1], read_only=True).close()"
