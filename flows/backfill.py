@@ -326,7 +326,10 @@ def backfill_inline(
     if on_window:
         on_window(r.since, r.until, summary.found, summary.skipped, len(r.plan.todo))
     n = concurrency or r.cfg.backfill.concurrency
-    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="backfill") as pool:
+    from workload_attribution.warehouse.backends import writes_coming
+
+    # more writes to come until the loop ends: a warehouse file is kept attached between them
+    with writes_coming(), ThreadPoolExecutor(max_workers=n, thread_name_prefix="backfill") as pool:
         run_all(
             r.plan.todo,
             lambda a: pool.submit(diagnose_one, a, r.cfg, r.pack, r.warehouse),

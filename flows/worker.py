@@ -103,10 +103,14 @@ class InProcessWorker:
     def _execute(self, flow: Any, flow_run: FlowRun) -> None:
         from prefect.flow_engine import run_flow
 
+        from workload_attribution.warehouse.backends import writes_coming
+
         started = time.monotonic()
         try:
             _thread_client()
-            run_flow(flow, flow_run=flow_run, return_type="state")
+            # while other runs are in flight, a warehouse file this run writes is kept attached for theirs
+            with writes_coming():
+                run_flow(flow, flow_run=flow_run, return_type="state")
         except BaseException:  # the engine has already recorded the run's failure in Prefect
             log.exception("flow run %s raised", flow_run.id)
         finally:

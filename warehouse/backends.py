@@ -27,7 +27,8 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -67,6 +68,17 @@ WAL_KEPT_BYTES = 1 << 20
 TURN_S = 0.5
 WAITING_RETRY_S = 0.25
 WAITING_FRESH_S = 5.0
+# A file this process writes is kept attached after a write while work that will write it again
+# is in flight on another of its threads (writes_coming: the worker's other flow runs, a backfill's
+# loop), so that the next write neither attaches it nor replays its write-ahead log nor checks its
+# schema again (a third of a published diagnosis's write: docs/warehouse.md). It is given up when
+# that work is done, once idle for HOLD_S, at once when this process reads the file, and at its
+# next write when another process says it waits for it (a waiting file); such a process waits at
+# most HOLD_S more. Nothing polls meanwhile: a thread waking every 50 ms to look for waiting files
+# cost the diagnoses beside it ~10% of their CPU. A library caller (`attribution diagnose`, a
+# script) gives it up at each write's end, as one opening the file itself right after expects.
+# ATTRIBUTION_WAREHOUSE_HOLD_S overrides HOLD_S (0: never kept).
+HOLD_S = 3.0
 
 
 class WarehouseLocked(NotStored):
@@ -123,7 +135,26 @@ def _extension(name: str) -> str:
     return str(found[0])
 
 
-def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBPyConnection:
+@contextmanager
+def writes_coming() -> Iterator[None]:
+    """The work inside the `with` (a flow run, a backfill's loop) writes the warehouse, maybe more
+    than once: meanwhile another thread's write keeps the file attached (see HOLD_S)."""
+    given = os.environ.get("ATTRIBUTION_WAREHOUSE_HOLD_S", "")
+    try:
+        hold_s = float(given) if given else HOLD_S
+    except ValueError:  # said, never fatal to the work: the default kept
+        log.warning("ATTRIBUTION_WAREHOUSE_HOLD_S=%r is not a number of seconds: %s s", given, HOLD_S)
+        hold_s = HOLD_S
+    _HOST.enter_unit(max(0.0, hold_s))
+    try:
+        yield
+    finally:
+        _HOST.leave_unit()
+
+
+def open_file(
+    path: Path, read_only: bool, lock_wait_s: float, prepare: Callable[[duckdb.DuckDBPyConnection], None] | None = None
+) -> duckdb.DuckDBPyConnection:
     """A connection to a DuckDB file, on one thread (ONE_THREAD; a reader takes every core back:
     Warehouse.reader). A diagnosis's publishing touches a few rows a statement, and its commit and
     the checkpoint at close on a pool of threads cost more CPU than they saved (~40 ms of a ~190 ms
@@ -133,14 +164,24 @@ def open_file(path: Path, read_only: bool, lock_wait_s: float) -> duckdb.DuckDBP
     write-ahead log to the next open until it passes WAL_KEPT_BYTES (close_file). A file another
     process holds (an analyst's session) is waited for with backoff up to lock_wait_s, then
     WarehouseLocked; so is one this process's readers hold, for a writer, and the other way round
-    (two DuckDB instances of one file in a process would share, and drop, its one lock)."""
+    (two DuckDB instances of one file in a process would share, and drop, its one lock). A writer's
+    `prepare` (the schema brought up to date) runs once an attachment: a file kept attached between
+    writes (writes_coming) was changed by no other process meanwhile."""
     deadline = time.monotonic() + lock_wait_s
     key = str(path.resolve())
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists():
             _create_whole(path)
-        return _HOST.writer(path, key, deadline, lock_wait_s)
+        con, entry = _HOST.writer(path, key, deadline, lock_wait_s)
+        if prepare is not None and not entry.prepared:
+            try:
+                prepare(con)
+            except BaseException:
+                close_file(con, path)
+                raise
+            entry.prepared = True
+        return con
     _HOST.enter_reader(key, deadline, lock_wait_s)
     try:
         _HOST.give_turn(path, key)
@@ -239,6 +280,8 @@ class _Attached:
     alias: str
     threads: list[int]  # one entry per writer's connection: the thread that opened it
     ready: bool = False  # attached (until then, the thread attaching it is)
+    prepared: bool = False  # its schema checked (open_file's prepare)
+    idle_since: float | None = None  # no writer since then: kept attached (_Host.hold_s)
 
 
 class _Host:
@@ -259,6 +302,9 @@ class _Host:
         self._attached: dict[str, _Attached] = {}
         self._readers: dict[str, list[int]] = {}
         self._released: dict[str, float] = {}  # file -> when this process last gave it up (TURN_S)
+        self.hold_s = HOLD_S  # the longest a file is kept idle (writes_coming)
+        self._units = 0  # work in flight that writes (writes_coming), on every thread
+        self._watching = False  # the thread giving up held files runs (_watch)
 
     def give_turn(self, path: Path, key: str) -> None:
         """Before taking the file again within TURN_S of giving it up: left free while another
@@ -287,20 +333,36 @@ class _Host:
         if threading.get_ident() in threads:
             raise duckdb.ConnectionException(f"{key}: this thread holds the file open and asked for a {wanted} too")
 
-    def writer(self, path: Path, key: str, deadline: float, lock_wait_s: float) -> duckdb.DuckDBPyConnection:
+    def writer(
+        self, path: Path, key: str, deadline: float, lock_wait_s: float
+    ) -> tuple[duckdb.DuckDBPyConnection, _Attached]:
         me = threading.get_ident()
         with self._state:
             self._refuse_if_mine(key, self._readers.get(key, []), "writer")
 
-            def free() -> bool:  # no reader of this process, and not being attached by another thread
+            def free() -> bool:
+                """No reader of this process, not being attached by another thread, and not in
+                use while another process waits for the file (not joined then: given up when the
+                writers in it are done, it is that process's turn)."""
+                if self._readers.get(key):
+                    return False
                 entry = self._attached.get(key)
-                return not self._readers.get(key) and (entry is None or entry.ready)
+                if entry is None:
+                    return True
+                if not entry.ready:
+                    return False
+                if _others_waiting(path):
+                    if entry.threads:
+                        return False
+                    self._detach(key, entry)
+                return True
 
             self._wait(free, key, deadline, lock_wait_s)
             entry = self._attached.get(key)
             if entry is not None:
                 entry.threads.append(me)
-                return self._cursor(entry)
+                entry.idle_since = None
+                return self._cursor(entry), entry
             entry = self._attached[key] = _Attached(f"warehouse_{hashlib.sha256(key.encode()).hexdigest()[:16]}", [me])
         try:
             self.give_turn(path, key)
@@ -313,7 +375,7 @@ class _Host:
         with self._state:
             entry.ready = True
             self._state.notify_all()
-        return self._cursor(entry)
+        return self._cursor(entry), entry
 
     def _attach(self, path: str, alias: str) -> None:
         literal = path.replace("'", "''")
@@ -332,6 +394,7 @@ class _Host:
             _forget(entry.threads)
             if entry.threads:
                 return
+            kept = False
             try:
                 try:
                     logged = path.with_name(path.name + ".wal").stat().st_size
@@ -340,11 +403,60 @@ class _Host:
                 if logged > WAL_KEPT_BYTES or key not in _WRITTEN:
                     self._checkpoint(entry.alias)
                 _WRITTEN.add(key)
+                kept = self._writes_coming() and not _others_waiting(path)
             finally:
-                del self._attached[key]
-                self._state.notify_all()  # the waiters go on once this block (the DETACH) is done
-                self._execute(f"DETACH {entry.alias}")
-                self._released[key] = time.monotonic()
+                if kept:
+                    entry.idle_since = time.monotonic()
+                    self._start_watching()
+                    self._state.notify_all()
+                else:
+                    self._detach(key, entry)
+
+    def enter_unit(self, hold_s: float) -> None:
+        _UNITS.depth = getattr(_UNITS, "depth", 0) + 1
+        with self._state:
+            self._units += 1
+            self.hold_s = hold_s
+
+    def leave_unit(self) -> None:
+        _UNITS.depth -= 1
+        with self._state:
+            self._units -= 1
+            if not self._writes_coming():
+                self._give_up_held(checkpoint=False)
+
+    def _writes_coming(self) -> bool:
+        """Work that writes is in flight on another thread (the caller holds _state)."""
+        return self.hold_s > 0 and self._units - getattr(_UNITS, "depth", 0) > 0
+
+    def _detach(self, key: str, entry: _Attached) -> None:
+        """Give the file up (the caller holds _state): the waiters go on once its block is done."""
+        del self._attached[key]
+        self._state.notify_all()
+        self._execute(f"DETACH {entry.alias}")
+        self._released[key] = time.monotonic()
+
+    def _start_watching(self) -> None:
+        if not self._watching:
+            self._watching = True
+            threading.Thread(target=self._watch, name="warehouse-hold", daemon=True).start()
+
+    def _watch(self) -> None:
+        """Give up each file kept attached with no writer once it has been idle for hold_s; asleep
+        until the next one is due, or while none is kept."""
+        with self._state:
+            while True:
+                held = [(k, e.idle_since) for k, e in self._attached.items() if e.idle_since is not None]
+                if not held:
+                    self._state.wait()
+                    continue
+                now = time.monotonic()
+                for key, since in held:
+                    if now - since >= self.hold_s:
+                        self._detach(key, self._attached[key])
+                due = [since + self.hold_s - now for _, since in held if now - since < self.hold_s]
+                if due:
+                    self._state.wait(min(due))
 
     def _checkpoint(self, alias: str) -> None:
         """A failed checkpoint (a full disk) leaves the log, which holds every commit, for the next
@@ -358,7 +470,14 @@ class _Host:
         with self._state:
             entry = self._attached.get(key)
             self._refuse_if_mine(key, entry.threads if entry else [], "reader")
-            self._wait(lambda: key not in self._attached, key, deadline, lock_wait_s)
+
+            def free() -> bool:  # no writer of this process; one kept attached with none is given up
+                entry = self._attached.get(key)
+                if entry is not None and entry.ready and entry.idle_since is not None:
+                    self._detach(key, entry)
+                return key not in self._attached
+
+            self._wait(free, key, deadline, lock_wait_s)
             self._readers.setdefault(key, []).append(threading.get_ident())
 
     def leave_reader(self, key: str) -> None:
@@ -369,10 +488,20 @@ class _Host:
                 self._released[key] = time.monotonic()
             self._state.notify_all()
 
+    def _give_up_held(self, checkpoint: bool) -> None:
+        """Every file kept attached with no writer given up now, checkpointed first if it has a log
+        and `checkpoint` (the caller holds _state)."""
+        for key, entry in list(self._attached.items()):
+            if entry.idle_since is not None:
+                if checkpoint and Path(key + ".wal").exists():
+                    self._checkpoint(entry.alias)
+                self._detach(key, entry)
+
     def checkpoint_left(self) -> None:
         """At exit, each file whose log this process left is checkpointed, if no other process holds it
         (one try, no wait: whoever holds it checkpoints in turn)."""
         with self._state:  # a file still open here (a thread mid-write at exit) keeps its log
+            self._give_up_held(checkpoint=True)
             for key in sorted(_WRITTEN):
                 if key in self._attached or key in self._readers or not Path(key + ".wal").exists():
                     continue
@@ -396,6 +525,7 @@ def _forget(threads: list[int]) -> None:
 
 # The DuckDB files this process wrote (resolved paths): at exit, those with a log are checkpointed.
 _WRITTEN: set[str] = set()
+_UNITS = threading.local()  # depth: how many writes_coming this thread is inside
 _HOST = _Host()
 atexit.register(_HOST.checkpoint_left)
 

@@ -187,14 +187,19 @@ class Warehouse:
 
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         """A connection to the warehouse; a writer's with the schema migrated to this version."""
-        con = open_lake(self.lake, read_only) if self.lake else open_file(self.path, read_only, self.lock_wait_s)
+        if self.lake is None:  # a file's schema is checked once each time this process attaches it
+            return open_file(self.path, read_only, self.lock_wait_s, prepare=None if read_only else self._migrate)
+        con = open_lake(self.lake, read_only)
         if not read_only:
             try:
-                retry(lambda: migrate(con, lake=self.lake is not None, name=str(self)))
+                self._migrate(con)
             except BaseException:
                 self._close(con, read_only=False)
                 raise
         return con
+
+    def _migrate(self, con: duckdb.DuckDBPyConnection) -> None:
+        retry(lambda: migrate(con, lake=self.lake is not None, name=str(self)))
 
     @contextmanager
     def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:

@@ -140,9 +140,9 @@ def test_publishing_a_diagnosis_opens_the_warehouse_file_once(three_failures, tm
     opened: list[bool] = []
     real = store.open_file
 
-    def counted(path, read_only, lock_wait_s):
+    def counted(path, read_only, lock_wait_s, prepare=None):
         opened.append(read_only)
-        return real(path, read_only, lock_wait_s)
+        return real(path, read_only, lock_wait_s, prepare)
 
     monkeypatch.setattr(store, "open_file", counted)
     fourth = diagnose(bundle_copy(WORKED, tmp_path / "4191704", "4191704"), warehouse=wh, archive=True)

@@ -153,13 +153,16 @@ KEEPS_TAKING_IT = """
 import sys, time
 sys.path.insert(0, {root!r})
 from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
+from workload_attribution.warehouse.backends import writes_coming
 from workload_attribution.warehouse.store import Warehouse
 wh, stop = Warehouse({wh!r}), Path({stop!r})
-wh.maintain()
-print("ready", flush=True)
-deadline = time.monotonic() + 120
-while not stop.exists() and time.monotonic() < deadline:
-    wh.maintain()  # the file taken back as soon as it is given up, again and again
+with writes_coming(), ThreadPoolExecutor(1) as pool:  # the loop's maintenance on a thread of its own
+    pool.submit(wh.maintain).result()
+    print("ready", flush=True)
+    deadline = time.monotonic() + 120
+    while not stop.exists() and time.monotonic() < deadline:
+        pool.submit(wh.maintain).result()  # the file taken back as soon as it is given up (or kept)
 """
 
 WRITES_ONCE = """
@@ -176,10 +179,13 @@ print("wrote in", round(time.monotonic() - started, 2), flush=True)
 """
 
 
-def test_a_process_that_keeps_taking_the_file_gives_a_waiting_writer_its_turn(tmp_path, diagnosis):
+@pytest.mark.parametrize("hold", [0, 60], ids=["given-up-at-each-write", "held-between-writes"])
+def test_a_process_that_keeps_taking_the_file_gives_a_waiting_writer_its_turn(tmp_path, diagnosis, hold):
     """DuckDB's file lock has no queue: a process that takes the file again as soon as it gives it up
     (a loop of writes or of maintenance) would keep a writer that retries with backoff out past its
-    lock wait. Here the writer gets its turn while the other is still looping."""
+    lock wait. Here the writer gets its turn while the other is still looping; also when the loop
+    keeps the file between its writes (a worker, a backfill) for longer than the writer would wait:
+    its next write finds the writer waiting and gives the file up."""
     src, path, stop = tmp_path / "d.json", tmp_path / "w.duckdb", tmp_path / "stop"
     src.write_text(diagnosis.to_json())
     Warehouse(path).write(diagnosis)
@@ -187,7 +193,10 @@ def test_a_process_that_keeps_taking_the_file_gives_a_waiting_writer_its_turn(tm
     looping.write_text(KEEPS_TAKING_IT.format(root=str(ROOT), wh=str(path), stop=str(stop)))
     writer = tmp_path / "writer.py"
     writer.write_text(WRITES_ONCE.format(root=str(ROOT), src=str(src), wh=str(path)))
-    loop = subprocess.Popen([sys.executable, str(looping)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "ATTRIBUTION_WAREHOUSE_HOLD_S": str(hold)}
+    loop = subprocess.Popen(
+        [sys.executable, str(looping)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         wait_line(loop, "ready", 120)
         done = subprocess.run([sys.executable, str(writer)], capture_output=True, text=True, timeout=300)
@@ -198,6 +207,118 @@ def test_a_process_that_keeps_taking_the_file_gives_a_waiting_writer_its_turn(tm
     assert done.returncode == 0, done.stderr[-1500:]
     assert still_looping and loop.returncode == 0, loop.stderr.read()[-1500:]
     assert _count_in_another_process(path) == 2
+
+
+def _held_here(path) -> bool:
+    """Whether this process has the file attached: DuckDB refuses a second instance of it then."""
+    try:
+        duckdb.connect(str(path), read_only=True).close()
+    except duckdb.BinderException as exc:
+        assert "already attached" in str(exc)
+        return True
+    return False
+
+
+def test_a_process_writing_often_keeps_the_file_between_writes_and_gives_it_up_to_a_reader(
+    tmp_path, diagnosis, monkeypatch
+):
+    """backends.writes_coming: while work that writes is in flight on another thread (a backfill's
+    loop, the worker's other runs), the next write neither attaches the file again nor checks its
+    schema again; a reader of this process has it at once (given up for it), as does anyone once
+    the work is done. Alone (one run in flight, a script) a write gives it up at its end."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from workload_attribution.warehouse import backends, store
+
+    attached, migrated = [], []
+    real_attach, real_migrate = backends._Host._attach, store.migrate
+    monkeypatch.setattr(backends._Host, "_attach", lambda host, *a: (attached.append(a), real_attach(host, *a))[1])
+    monkeypatch.setattr(store, "migrate", lambda *a, **k: (migrated.append(a), real_migrate(*a, **k))[1])
+    monkeypatch.setenv("ATTRIBUTION_WAREHOUSE_HOLD_S", "60")
+    path = tmp_path / "w.duckdb"
+    wh = Warehouse(path)
+    with backends.writes_coming(), ThreadPoolExecutor(1) as pool:
+        pool.submit(wh.write, _as(diagnosis, "first")).result()
+        pool.submit(wh.write, _as(diagnosis, "second")).result()
+        assert (len(attached), len(migrated)) == (1, 1)
+        assert _held_here(path)
+        assert wh.get("eos", "slurm", "second", 0)["attempt"]["job_id"] == "second"  # this process's reader
+        assert not _held_here(path)
+        pool.submit(wh.write, _as(diagnosis, "third")).result()
+        assert (len(attached), len(migrated)) == (2, 2)
+        assert _held_here(path)
+    assert not _held_here(path)
+    assert _count_in_another_process(path) == 3
+    with backends.writes_coming():  # no other work in flight: given up at the write's end
+        wh.write(_as(diagnosis, "fourth"))
+        assert not _held_here(path)
+    wh.write(_as(diagnosis, "fifth"))
+    assert not _held_here(path) and len(attached) == 4
+
+
+def test_a_file_held_between_writes_is_given_up_once_idle(tmp_path, diagnosis, monkeypatch):
+    """Kept at most the hold's seconds after the last write, then given up with nobody asking, even
+    while work that writes is still in flight: an analyst's own DuckDB opens it again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from workload_attribution.warehouse import backends
+
+    monkeypatch.setenv("ATTRIBUTION_WAREHOUSE_HOLD_S", "3")
+    path = tmp_path / "w.duckdb"
+    with backends.writes_coming(), ThreadPoolExecutor(1) as pool:
+        pool.submit(Warehouse(path).write, diagnosis).result()
+        assert _held_here(path)
+        wait_until(lambda: not _held_here(path), "the file given up once idle", 60)
+        assert _count_in_another_process(path) == 1
+
+
+def test_a_holding_process_lets_a_waiting_process_in_before_its_next_writer(tmp_path, diagnosis, monkeypatch):
+    """A worker's writers overlap (four runs at once): the file is never idle, so none of its
+    writers joins it while another process says it waits; the last one out gives it up and the
+    next waits for the other process's turn."""
+    import threading
+
+    from workload_attribution.warehouse import backends
+
+    src, path = tmp_path / "d.json", tmp_path / "w.duckdb"
+    src.write_text(diagnosis.to_json())
+    wh = Warehouse(path, lock_wait_s=60)
+    wh.write(_as(diagnosis, "before"))
+    writer = tmp_path / "writer.py"
+    writer.write_text(WRITES_ONCE.format(root=str(ROOT), src=str(src), wh=str(path)))
+    refused = threading.Event()
+    real = backends._others_waiting
+
+    def seen(p):
+        found = real(p)
+        if found and threading.current_thread().name == "next-writer":
+            refused.set()
+        return found
+
+    monkeypatch.setattr(backends, "_others_waiting", seen)
+    done: dict[str, float] = {}
+
+    def next_writer():
+        wh.write(_as(diagnosis, "next"))
+        done["next"] = time.monotonic()
+
+    monkeypatch.setenv("ATTRIBUTION_WAREHOUSE_HOLD_S", "60")
+    with backends.writes_coming():
+        with wh.connect():  # one writer in the file
+            other = subprocess.Popen(
+                [sys.executable, str(writer)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            wait_until(lambda: list(tmp_path.glob("w.duckdb.waiting.*")), "the other process waiting", 120, gone=other)
+            thread = threading.Thread(target=next_writer, name="next-writer")
+            thread.start()
+            wait_until(refused.is_set, "the next writer kept out", 60)
+            assert "next" not in done
+            closed = time.monotonic()
+        _, err = other.communicate(timeout=120)
+        thread.join(120)
+    assert other.returncode == 0, err[-1500:]
+    assert done["next"] > closed
+    assert _count_in_another_process(path) == 3
 
 
 def _opens_in_another_process(path) -> bool:
