@@ -72,7 +72,7 @@ class Options:
     def archives(self) -> bool:
         """Whether the attempt is archived as its diagnosis is published (tasks/keeping.py keep): only
         then does anything read the rules' state kept at each point of their run."""
-        return bool(self.warehouse and self.keeping and self.keeping.archive and self.keeping.pack is not None)
+        return bool(self.warehouse and self.keeping and self.keeping.archives)
 
 
 def _settings() -> Settings:

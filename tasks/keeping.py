@@ -25,13 +25,19 @@ class Keeping:
     pack: Pack | None = None  # the pack and settings the diagnosis was made with (the archive's manifest)
     settings: Settings = field(default_factory=Settings)
 
+    @property
+    def archives(self) -> bool:
+        """Whether a published attempt's evidence is archived (keep; flows.pipeline.Options.archives)."""
+        return bool(self.archive and self.pack is not None)
+
 
 def keep(d: Diagnosis, wh: Warehouse, topology: list[tuple] | None, staging: str | None, keeping: Keeping) -> Diagnosis:
     """The diagnosis with its history (the action escalated when it calls for it), its evidence
     archived (or a note saying why not); the archive keeps the rules' own verdict."""
     outcome = Outcome.of(d)
     d = remember(d, wh, topology, keeping.memory)
-    if staging and keeping.archive and keeping.pack is not None:
+    if staging and keeping.archives:
+        assert keeping.archive and keeping.pack is not None  # what archives says
         note = archive_attempt(
             staging, d, outcome, keeping.archive, keeping.pack, keeping.settings, keeping.archive_max_bytes
         )
