@@ -43,8 +43,105 @@ _CSV_LOCK = threading.Lock()
 def load_pack_data(con: duckdb.DuckDBPyConnection, data: Path, temp: bool = False) -> None:
     """The pack's tables; one the pack does not have (a pack older than the table) is the shipped one."""
     for table, all_varchar in PACK_DATA:
-        path = data / f"{table}.csv"
-        _load_csv(con, table, path if path.is_file() else DATA_DIR / path.name, all_varchar=all_varchar, temp=temp)
+        _load_csv(con, table, _csv_path(data, table), all_varchar=all_varchar, temp=temp)
+
+
+def _csv_path(data: Path, table: str) -> Path:
+    path = data / f"{table}.csv"
+    return path if path.is_file() else DATA_DIR / path.name
+
+
+# The catalog name the file of a pack's tables is attached as (attach_pack_tables): one no table or
+# schema of a pack uses
+PACK_TABLES = "attribution_pack"
+_TABLES_FORMAT = 1  # a change to what the file holds or how it is attached is a new name
+_TABLES_KEEP = 4  # files kept in the folder (packs and versions side by side)
+# (pack version, pack folder, each CSV's path and stamp) -> the file holding those tables, or None
+_TABLE_FILES: dict[tuple[object, ...], Path | None] = {}
+_TABLES_REFUSED: set[Path] = set()  # files this process could not attach
+
+
+def attach_pack_tables(con: duckdb.DuckDBPyConnection, pack: Pack) -> str | None:
+    """The pack's tables (its data, catalog and concepts) attached read-only as PACK_TABLES from a
+    DuckDB file in the user's cache, made once per version of them (as the grammar's macros are:
+    staging/grammar.py): loading them into each attempt's database cost a warm attempt ~8-13 ms,
+    attaching the file ~1-2. The schema to search for them returned; None where no file will do
+    (no writable cache, a file DuckDB will not attach): the caller loads them as before."""
+    data = Path(pack.path) / "data" if pack.path else DATA_DIR
+    csvs = [_csv_path(data, table) for table, _ in PACK_DATA]
+    key = (pack.version, str(pack.path), tuple((str(c), _file_stamp(c)) for c in csvs))
+    with _CSV_LOCK:
+        known = key in _TABLE_FILES
+        path = _TABLE_FILES.get(key)
+    if not known:
+        path = _tables_file(pack, data, csvs)
+        with _CSV_LOCK:
+            _TABLE_FILES[key] = path
+    if path is None or path in _TABLES_REFUSED:
+        return None
+    try:
+        con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS {PACK_TABLES} (READ_ONLY)")
+    except duckdb.Error:  # damaged, or taken away: made again by the next process, loaded meanwhile
+        with _CSV_LOCK:
+            _TABLES_REFUSED.add(path)
+        _remove(path)
+        return None
+    return f"{PACK_TABLES}.main"
+
+
+def _tables_file(pack: Pack, data: Path, csvs: list[Path]) -> Path | None:
+    """The file of these tables, named by everything they are made from, built when missing."""
+    digest = hashlib.sha256(f"{_TABLES_FORMAT}|{duckdb.__version__}|{pack.version}|".encode())
+    try:
+        for csv in csvs:
+            digest.update(csv.read_bytes())
+    except OSError:
+        return None
+    digest.update(pack.table_json("catalog").encode())
+    digest.update(pack.table_json("concepts").encode())
+    path = cache_dir("pack-tables") / f"tables-{digest.hexdigest()[:32]}.duckdb"
+    if path.is_file() or _build_tables(path, pack, data):
+        return path
+    return None
+
+
+def _build_tables(path: Path, pack: Pack, data: Path) -> bool:
+    """Made under a temporary name, then renamed into place (a process starting meanwhile reads a
+    whole file or none); older files beyond _TABLES_KEEP removed. False where the folder takes none."""
+    tmp = temporary_name(path)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        con = duckdb.connect(str(tmp))
+        try:
+            load_pack_data(con, data)
+            load_catalog_table(con, pack)
+            load_concepts_table(con, pack)
+            con.execute("CHECKPOINT")  # every row in the file, no log beside it
+        finally:
+            con.close()
+        os.replace(tmp, path)
+    except (OSError, duckdb.Error):
+        for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+            _remove(leftover)
+        return False
+    kept = sorted(path.parent.glob("tables-*.duckdb"), key=_mtime, reverse=True)
+    for old in kept[_TABLES_KEEP:]:
+        _remove(old)
+    return True
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def table_of(file: str) -> str | None:
@@ -98,8 +195,7 @@ def read_data_ahead(con: duckdb.DuckDBPyConnection, data: Path = DATA_DIR) -> No
     connection of its own: what it makes is gone when that closes); a table kept on disk only
     read into the cache (no statement: the attempt loads it)."""
     for table, all_varchar in PACK_DATA:
-        path = data / f"{table}.csv"
-        path = path if path.is_file() else DATA_DIR / path.name
+        path = _csv_path(data, table)
         if not _cached_from_disk(path, all_varchar):
             _load_csv(con, table, path, all_varchar=all_varchar, temp=True)
 

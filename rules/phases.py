@@ -14,11 +14,17 @@ import duckdb
 
 from workload_attribution.rules.held import Held
 from workload_attribution.rules.pack import Pack, Rule
-from workload_attribution.rules.pack_data import DATA_DIR, load_catalog_table, load_concepts_table, load_pack_data
+from workload_attribution.rules.pack_data import (
+    DATA_DIR,
+    attach_pack_tables,
+    load_catalog_table,
+    load_concepts_table,
+    load_pack_data,
+)
 from workload_attribution.rules.runner import RunResult, run_rule
 from workload_attribution.rules.sandbox import Snapshots, lock_down
 from workload_attribution.rules.settings import Settings
-from workload_attribution.staging.database import choose_threads, observed
+from workload_attribution.staging.database import choose_threads, observed, search_also
 
 ENGINE_SQL = Path(__file__).resolve().parent / "engine.sql"
 
@@ -28,20 +34,42 @@ def engine_sql() -> str:
     return ENGINE_SQL.read_text()
 
 
-def prepare(con: duckdb.DuckDBPyConnection, pack: Pack, settings: Settings, observations: int | None = None) -> None:
+def prepare(
+    con: duckdb.DuckDBPyConnection,
+    pack: Pack,
+    settings: Settings,
+    observations: int | None = None,
+    staging: str | None = None,
+) -> None:
     """The engine's tables and views, the settings, the pack's data and symptom definitions; the
     first time on a database, also its sandbox. `observations`: how many the attempt holds, when
-    the caller has counted them (else counted here, for the threads the rules run on)."""
+    the caller has counted them (else counted here, for the threads the rules run on). `staging`:
+    the attempt's staging database (its path), whose connections then find the pack's tables in
+    their file (attach_pack_tables) rather than loaded into it."""
     con.execute(engine_sql())
     _write_settings(con, settings)
     locked = con.execute("SELECT current_setting('lock_configuration')").fetchone()
-    if not (locked and locked[0]):  # the first time: load the pack's data, then lock the database
-        load_pack_data(con, Path(pack.path) / "data" if pack.path else DATA_DIR)
-        load_catalog_table(con, pack)  # catalogs: the message catalogs' rows
-        load_concepts_table(con, pack)  # concepts: the failure meanings' vocabularies
+    if not (locked and locked[0]):  # the first time: the pack's data, then lock the database
+        if not _pack_tables_attached(con, pack, staging):
+            load_pack_data(con, Path(pack.path) / "data" if pack.path else DATA_DIR)
+            load_catalog_table(con, pack)  # catalogs: the message catalogs' rows
+            load_concepts_table(con, pack)  # concepts: the failure meanings' vocabularies
         _choose_threads(con, observed(con) if observations is None else observations)
         lock_down(con)
     _write_symptom_defs(con, pack)
+
+
+def _pack_tables_attached(con: duckdb.DuckDBPyConnection, pack: Pack, staging: str | None) -> bool:
+    """The pack's tables found through the search path of every connection to `staging`, from the
+    file attach_pack_tables keeps; False where there is none (no staging path given: a replay's
+    database lends tables in schemas of its own and names its own tables in full)."""
+    if staging is None:
+        return False
+    schema = attach_pack_tables(con, pack)
+    if schema is None:
+        return False
+    search_also(con, staging, schema)
+    return True
 
 
 def _write_settings(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:

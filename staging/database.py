@@ -95,6 +95,18 @@ _spill: dict[str, str] = {}
 _search_paths: dict[str, str] = {}  # staging path -> the search_path that finds the grammar's file
 
 
+def search_also(con: duckdb.DuckDBPyConnection, path: str, schema: str) -> None:
+    """`schema` searched after what the staging database at `path` searched already (its own
+    tables, the grammar's macros), on `con` and on every connection to it from now on."""
+    search = _search_paths.get(path)
+    if search is None:
+        row = con.execute("SELECT current_database()").fetchone()
+        search = '"' + str(row[0] if row else "memory").replace('"', '""') + '".main'
+    search = f"{search},{schema}"
+    con.execute(f"SET search_path = {sql_literal(search)}")
+    _search_paths[path] = search
+
+
 def release_staging(path: str) -> None:
     con = _holders.pop(path, None)
     _search_paths.pop(path, None)

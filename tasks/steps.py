@@ -306,7 +306,7 @@ def attribute(
     with connected(scoped.staging) as con:
         observations = observed(con)  # counted once: for the optimizer and the rules' threads
         with plainly(con, observations):
-            prepare(con, pack, settings, observations)
+            prepare(con, pack, settings, observations, staging=scoped.staging)
             skewed = check_clocks(con, settings.skew_tolerance_s)  # a host's clock off: named, corrected when firm
             if skewed:
                 _note_clocks(con, coverage, skewed)

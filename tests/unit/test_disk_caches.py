@@ -388,3 +388,95 @@ def test_staging_databases_made_at_once_on_many_threads_all_read_the_grammar(
     assert {where for _, _, where in results} == {grammar.GRAMMAR}
     assert len({tuple(parsed) for _, parsed, _ in results}) == 1
     assert len(list((tmp_path / "workload-attribution" / "grammar").iterdir())) == 1
+
+
+PACK_TABLES = ("xid_catalog", "nvlink5_decode", "evidence_sources", "catalog", "concepts")
+
+
+def _prepared(pack, monkeypatch: pytest.MonkeyPatch, staging: bool = True, fresh_process: bool = True):
+    """A staging database prepared for `pack` as a diagnosis prepares it: the catalog holding its
+    pack tables, and each table's columns and rows, read on another connection to it."""
+    from workload_attribution.rules.phases import prepare
+    from workload_attribution.rules.settings import Settings
+    from workload_attribution.staging import database
+
+    if fresh_process:
+        monkeypatch.setattr(pack_data, "_TABLE_FILES", {})
+        monkeypatch.setattr(pack_data, "_TABLES_REFUSED", set())
+    path = database.new_staging_path()
+    database.open_staging(path)
+    try:
+        with database.connected(path) as con:
+            prepare(con, pack, Settings(), 0, staging=path if staging else None)
+        with database.connected(path) as con:
+            where = {
+                r[0]
+                for r in con.execute(
+                    "SELECT database_name FROM duckdb_tables() WHERE list_contains($t, table_name)",
+                    {"t": list(PACK_TABLES)},
+                ).fetchall()
+            }
+            tables = {t: (con.sql(f"DESCRIBE {t}").fetchall(), _rows(con, t)) for t in PACK_TABLES}
+    finally:
+        database.release_staging(path)
+    return where, tables
+
+
+def _rows(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    return sorted(map(repr, con.sql(f"SELECT * FROM {table}").fetchall()))
+
+
+def test_the_pack_tables_are_attached_from_the_cache_and_read_as_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rules/pack_data.attach_pack_tables: a diagnosis's staging database finds its pack's tables in
+    a file of the user's cache (every connection to it), the same columns and rows as loaded into
+    it; with no cache to write, loaded as before."""
+    from workload_attribution.rules.pack import default_pack
+
+    pack = default_pack()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    where, attached = _prepared(pack, monkeypatch)
+    assert where == {pack_data.PACK_TABLES}
+    [kept] = (tmp_path / "workload-attribution" / "pack-tables").glob("tables-*.duckdb")
+    where, loaded = _prepared(pack, monkeypatch, staging=False)  # a replay's database: loaded
+    assert where == {"memory"} and loaded == attached
+    assert len(attached["catalog"][1]) > 300 and len(attached["concepts"][1]) > 10
+    monkeypatch.setenv("XDG_CACHE_HOME", str(kept))  # a file: no cache directory can be made under it
+    where, loaded = _prepared(pack, monkeypatch)
+    assert where == {"memory"} and loaded == attached
+
+
+def test_a_changed_pack_has_its_own_tables_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from workload_attribution.rules.pack import default_pack, load_pack
+
+    shipped = default_pack()
+    rules = tmp_path / "rules"
+    shutil.copytree(shipped.path, rules, ignore=shutil.ignore_patterns("__pycache__"))
+    decode = rules / "data" / "nvlink5_decode.csv"
+    lines = decode.read_text().splitlines()
+    decode.write_text("\n".join([lines[0], *lines[2:]]) + "\n")  # one row fewer
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    _, before = _prepared(shipped, monkeypatch)
+    where, after = _prepared(load_pack(rules), monkeypatch)
+    assert where == {pack_data.PACK_TABLES}
+    assert len(after["nvlink5_decode"][1]) == len(before["nvlink5_decode"][1]) - 1
+    assert after["catalog"] == before["catalog"]
+    assert len(list((tmp_path / "cache" / "workload-attribution" / "pack-tables").glob("tables-*.duckdb"))) == 2
+
+
+def test_a_damaged_tables_file_is_read_around_and_built_again_by_the_next_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workload_attribution.rules.pack import default_pack
+
+    pack = default_pack()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    _, expected = _prepared(pack, monkeypatch)
+    [kept] = (tmp_path / "workload-attribution" / "pack-tables").glob("tables-*.duckdb")
+    kept.write_bytes(b"not a database" * 1000)
+    where, tables = _prepared(pack, monkeypatch, fresh_process=False)  # this process took it as good
+    assert where == {"memory"} and tables == expected and not kept.exists()
+    where, tables = _prepared(pack, monkeypatch)  # the next process builds it again
+    assert where == {pack_data.PACK_TABLES} and tables == expected and kept.exists()
+    assert not [p for p in kept.parent.iterdir() if p.name.startswith(".")]  # no temporary file left
