@@ -27,7 +27,8 @@ import duckdb
 from workload_attribution.rules import concepts as concept_table
 from workload_attribution.rules.catalog import TABLE_SHAPE
 from workload_attribution.rules.pack import Pack
-from workload_attribution.staging.user_cache import cache_dir, temporary_name
+from workload_attribution.staging.database import sql_literal
+from workload_attribution.staging.user_cache import build_database, cache_dir, remove_quietly, temporary_name
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 # data/<table>.csv, all VARCHAR or typed; evidence_sources is read by the report (rules/settle.py)
@@ -80,11 +81,11 @@ def attach_pack_tables(con: duckdb.DuckDBPyConnection, pack: Pack) -> str | None
     if path is None or path in _TABLES_REFUSED:
         return None
     try:
-        con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS {PACK_TABLES} (READ_ONLY)")
+        con.execute(f"ATTACH {sql_literal(str(path))} AS {PACK_TABLES} (READ_ONLY)")
     except duckdb.Error:  # damaged, or taken away: made again by the next process, loaded meanwhile
         with _CSV_LOCK:
             _TABLES_REFUSED.add(path)
-        _remove(path)
+        remove_quietly(path)
         return None
     return f"{PACK_TABLES}.main"
 
@@ -106,42 +107,14 @@ def _tables_file(pack: Pack, data: Path, csvs: list[Path]) -> Path | None:
 
 
 def _build_tables(path: Path, pack: Pack, data: Path) -> bool:
-    """Made under a temporary name, then renamed into place (a process starting meanwhile reads a
-    whole file or none); older files beyond _TABLES_KEEP removed. False where the folder takes none."""
-    tmp = temporary_name(path)
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        con = duckdb.connect(str(tmp))
-        try:
-            load_pack_data(con, data)
-            load_catalog_table(con, pack)
-            load_concepts_table(con, pack)
-            con.execute("CHECKPOINT")  # every row in the file, no log beside it
-        finally:
-            con.close()
-        os.replace(tmp, path)
-    except (OSError, duckdb.Error):
-        for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
-            _remove(leftover)
-        return False
-    kept = sorted(path.parent.glob("tables-*.duckdb"), key=_mtime, reverse=True)
-    for old in kept[_TABLES_KEEP:]:
-        _remove(old)
-    return True
+    """The file made (staging/user_cache.build_database); False where the folder takes none."""
 
+    def fill(con: duckdb.DuckDBPyConnection) -> None:
+        load_pack_data(con, data)
+        load_catalog_table(con, pack)
+        load_concepts_table(con, pack)
 
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def _remove(path: Path) -> None:
-    try:
-        path.unlink(missing_ok=True)
-    except OSError:
-        pass
+    return build_database(path, fill, _TABLES_KEEP)
 
 
 def table_of(file: str) -> str | None:

@@ -14,13 +14,12 @@ database itself, as they always were. Either way the same macros answer.
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from pathlib import Path
 
 import duckdb
 
-from workload_attribution.staging.user_cache import cache_dir, temporary_name
+from workload_attribution.staging.user_cache import build_database, cache_dir, remove_quietly
 
 # The catalog name the grammar's file is attached as: one no table or schema of the pack uses.
 GRAMMAR = "attribution_grammar"
@@ -77,48 +76,12 @@ def _refuse(path: Path) -> None:
     with _lock:
         _refused.add(path)
         _found.discard(path)
-    try:
-        path.unlink(missing_ok=True)
-    except OSError:
-        pass
+    remove_quietly(path)
 
 
 def _build(path: Path, macros: str) -> bool:
-    """The file made under a temporary name, then renamed into place; older files of the folder
-    beyond _KEEP removed. False when the folder cannot take it (read-only, full)."""
-    tmp = temporary_name(path)
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        con = duckdb.connect(str(tmp))
-        try:
-            con.execute(macros)
-            # every macro in the file, no write-ahead log beside it; said here, since a checkpoint
-            # that fails at close is silent (a full disk left a file without macros in place)
-            con.execute("CHECKPOINT")
-        finally:
-            con.close()
-        os.replace(tmp, path)
-    except (OSError, duckdb.Error):
-        for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
-            try:
-                leftover.unlink(missing_ok=True)
-            except OSError:
-                pass
-        return False
-    kept = sorted(path.parent.glob("grammar-*.duckdb"), key=_mtime, reverse=True)
-    for old in kept[_KEEP:]:
-        try:
-            old.unlink(missing_ok=True)
-        except OSError:
-            pass
-    return True
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
+    """The file made (staging/user_cache.build_database); False when the folder cannot take it."""
+    return build_database(path, lambda con: con.execute(macros), _KEEP)
 
 
 def _quoted(text: str) -> str:
